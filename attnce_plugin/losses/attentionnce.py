@@ -1,0 +1,92 @@
+"""AttentionNCE, SimCLR form (the paper's setting)."""
+
+from __future__ import annotations
+
+from typing import Tuple, Union
+
+import torch
+import torch.nn.functional as F
+
+from attnce_plugin.attention import (
+    AttentionWeights,
+    attention_nce,
+    negative_attention,
+    positive_attention,
+    prototype_logit,
+)
+from attnce_plugin.checks import check_positive_finite, check_shape
+from attnce_plugin.distributed import gather_no_grad, gather_with_grad
+
+
+def attentionnce_loss_func(
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    indexes: torch.Tensor,
+    temperature: float = 0.5,
+    d_pos: float = 1.0,
+    d_neg: float = 1.0,
+    *,
+    return_attention: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, AttentionWeights]]:
+    """AttentionNCE loss of the local anchors against the gathered global batch.
+
+    Each anchor is pulled towards the attention-weighted prototype of its image's M positive views
+    and pushed from the anchor views of every other image in the global batch, whose logits are
+    re-weighted by the negative attention beta. The other anchor view of the same image (and any
+    copy of the same sample on another process) is neither positive nor negative.
+
+    Args:
+        anchors: [V*b, d] anchor projections of the b local images, view-major (view 0 of every
+            image, then view 1, ...; V = 2 in the paper). Need not be normalised.
+        positives: [b, M, d] projections of each image's M positive views. Need not be normalised.
+        indexes: [b] dataset index of each local image; negatives are masked by index, so a
+            sample repeated on two processes is never its own negative.
+        temperature: tau > 0.
+        d_pos: positive-attention scale > 0.
+        d_neg: negative-attention scale > 0.
+        return_attention: also return the detached :class:`AttentionWeights`.
+
+    Returns:
+        Scalar mean loss over the V*b local anchors (fp32 whatever the input dtype); with
+        ``return_attention`` a tuple ``(loss, weights)`` with alpha [V*b, M] and beta [V*b, W*V*b].
+
+    Under DDP the anchors are gathered with gradient; with the per-process losses averaged as DDP
+    averages gradients, W processes reproduce one process on the W*b images.
+    """
+    temperature = check_positive_finite("temperature", temperature)
+    d_pos = check_positive_finite("d_pos", d_pos)
+    d_neg = check_positive_finite("d_neg", d_neg)
+    check_shape("positives", positives, (None, None, None), "[b, M, d]")
+    b, num_pos, dim = positives.shape
+    if b == 0 or num_pos == 0:
+        raise ValueError(f"positives must have b >= 1 images and M >= 1 views, got {list(positives.shape)}")
+    check_shape("indexes", indexes, (b,), "[b]")
+    check_shape("anchors", anchors, (None, dim), "[V*b, d]")
+    if anchors.shape[0] == 0 or anchors.shape[0] % b:
+        raise ValueError(
+            f"anchors must have V*b rows (b = {b} images from positives {list(positives.shape)}), "
+            f"got {list(anchors.shape)}"
+        )
+    num_views = anchors.shape[0] // b
+
+    # The logits reach K / tau; half precision would overflow or lose them, so work in fp32.
+    with torch.autocast(device_type=anchors.device.type, enabled=False):
+        a = F.normalize(anchors.float(), dim=-1)
+        p = F.normalize(positives.float(), dim=-1)
+
+        pos_sim = torch.einsum("vbd,bmd->vbm", a.view(num_views, b, dim), p).reshape(-1, num_pos)
+        alpha = positive_attention(pos_sim, d_pos)
+        pos_logit = prototype_logit(pos_sim, alpha, temperature)
+
+        local_idx = indexes.repeat(num_views)
+        all_idx = gather_no_grad(local_idx)
+        all_anchors = gather_with_grad(a)
+        neg_sim = a @ all_anchors.T
+        valid = local_idx.unsqueeze(1) != all_idx.unsqueeze(0)
+        beta = negative_attention(neg_sim, valid, d_neg)
+
+        loss = attention_nce(pos_logit, neg_sim, beta, valid, temperature).mean()
+
+    if return_attention:
+        return loss, AttentionWeights(alpha=alpha, beta=beta, valid=valid)
+    return loss

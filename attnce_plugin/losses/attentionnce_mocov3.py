@@ -1,0 +1,92 @@
+"""AttentionNCE, MoCo v3 form: a drop-in for solo-learn's ``mocov3_loss_func``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+
+from attnce_plugin.attention import (
+    AttentionWeights,
+    attention_nce,
+    negative_attention,
+    positive_attention,
+    prototype_logit,
+)
+from attnce_plugin.checks import check_positive_finite, check_shape
+from attnce_plugin.distributed import gather_no_grad, rank
+
+
+@lru_cache(maxsize=16)
+def _other_keys_mask(b: int, total: int, offset: int, device: torch.device) -> torch.Tensor:
+    """[b, total] bool: True except at column ``offset + i`` of row i (the query's own key)."""
+    rows = torch.arange(b, device=device).unsqueeze(1) + offset
+    return rows != torch.arange(total, device=device).unsqueeze(0)
+
+
+def attentionnce_mocov3_loss_func(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    positive_keys: Optional[torch.Tensor] = None,
+    temperature: float = 0.2,
+    d_pos: float = 1.0,
+    d_neg: float = 1.0,
+    *,
+    return_attention: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, AttentionWeights]]:
+    """AttentionNCE with MoCo v3's queries and momentum keys.
+
+    The positive of query i is the attention prototype over the momentum keys of image i: ``key[i]``
+    (the other anchor view, MoCo v3's positive) and ``positive_keys[i]``. The negatives are the
+    other images' ``key`` rows, gathered from all processes without gradient, re-weighted by beta.
+    The result is scaled by ``2 * temperature`` like ``solo.losses.mocov3.mocov3_loss_func``, to which
+    it reduces (up to the 1e-6 inside beta) when ``positive_keys`` is None and d_neg is huge.
+
+    Args:
+        query: [b, d] online predictions for one anchor view.
+        key: [b, d] momentum keys of the other anchor view.
+        positive_keys: [b, M, d] momentum keys of the M positive views, or None (M = 0).
+        temperature: tau > 0.
+        d_pos: positive-attention scale > 0.
+        d_neg: negative-attention scale > 0.
+        return_attention: also return the detached :class:`AttentionWeights`.
+
+    Returns:
+        Scalar loss (fp32); with ``return_attention`` a tuple ``(loss, weights)`` with
+        alpha [b, M+1] (column 0 is ``key``) and beta [b, W*b].
+    """
+    temperature = check_positive_finite("temperature", temperature)
+    d_pos = check_positive_finite("d_pos", d_pos)
+    d_neg = check_positive_finite("d_neg", d_neg)
+    check_shape("query", query, (None, None), "[b, d]")
+    b, dim = query.shape
+    if b == 0:
+        raise ValueError("query must hold at least one image, got shape [0, d]")
+    check_shape("key", key, (b, dim), "[b, d]")
+    if positive_keys is not None:
+        check_shape("positive_keys", positive_keys, (b, None, dim), "[b, M, d]")
+
+    with torch.autocast(device_type=query.device.type, enabled=False):
+        q = F.normalize(query.float(), dim=-1)
+        k = F.normalize(key.float(), dim=-1)
+        candidates = k.unsqueeze(1)
+        if positive_keys is not None and positive_keys.shape[1] > 0:
+            pk = F.normalize(positive_keys.float(), dim=-1)
+            candidates = torch.cat([candidates, pk], dim=1)
+
+        pos_sim = torch.einsum("bd,bmd->bm", q, candidates)
+        alpha = positive_attention(pos_sim, d_pos)
+        pos_logit = prototype_logit(pos_sim, alpha, temperature)
+
+        all_keys = gather_no_grad(k)
+        neg_sim = q @ all_keys.T
+        valid = _other_keys_mask(b, all_keys.shape[0], rank() * b, q.device)
+        beta = negative_attention(neg_sim, valid, d_neg)
+
+        loss = attention_nce(pos_logit, neg_sim, beta, valid, temperature).mean() * (2 * temperature)
+
+    if return_attention:
+        return loss, AttentionWeights(alpha=alpha, beta=beta, valid=valid)
+    return loss

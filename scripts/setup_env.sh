@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Make the python3 on PATH ready for `make bench` and `make test`; idempotent.
+#
+# Where everything is already installed (our machines, CI) it only re-points the editable install
+# of attnce-plugin at this checkout and reaches no network. On a fresh machine with internet it
+# installs torch, solo-learn from its pinned upstream commit (PyPI only has the unusable 1.0.2),
+# the test/benchmark tools and the Fashion-MNIST data package.
+set -euo pipefail
+PY=${PYTHON:-python3}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SOLO_URL=https://github.com/vturrisi/solo-learn
+SOLO_COMMIT=9187ea3
+SOLO_DIR=${SOLO_LEARN_DIR:-$ROOT/.deps/solo-learn}
+export PIP_ROOT_USER_ACTION=ignore
+pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+
+if ! "$PY" -c "import torch, torchvision" 2>/dev/null; then
+  echo "[setup] installing torch and torchvision"
+  pip_install torch torchvision
+fi
+
+# Checked without importing attnce_plugin, whose __init__ would import solo when present.
+solo_ok=$(cd "$ROOT" && "$PY" -c "
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location('sc', 'attnce_plugin/solo_compat.py')
+sc = importlib.util.module_from_spec(spec); spec.loader.exec_module(sc)
+print(int(sc.solo_available()))")
+if [ "$solo_ok" != 1 ]; then
+  echo "[setup] solo-learn >= 1.0.6 not found: installing $SOLO_URL@$SOLO_COMMIT into $SOLO_DIR"
+  if [ ! -d "$SOLO_DIR/.git" ]; then
+    git clone -q "$SOLO_URL" "$SOLO_DIR"
+  fi
+  git -C "$SOLO_DIR" checkout -q "$SOLO_COMMIT"
+  # solo's setup.py imports pkg_resources (gone in setuptools 82); torchmetrics 1.x breaks its kNN.
+  pip_install "setuptools<82" "torchmetrics==0.11.4"
+  pip_install --no-build-isolation --use-pep517 -e "$SOLO_DIR" "torchmetrics==0.11.4"
+fi
+
+missing=$("$PY" -c "
+import importlib.util
+print(' '.join(m for m in ('pytest', 'matplotlib', 'tqdm') if importlib.util.find_spec(m) is None))")
+if [ -n "$missing" ]; then
+  echo "[setup] installing $missing"
+  pip_install $missing
+fi
+
+# Editable, without dependencies or build isolation: nothing is downloaded, and a clone in another
+# folder (CI's) replaces whichever checkout was installed before.
+pip_install --no-deps --no-build-isolation -e "$ROOT"
+
+if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "[setup] installing Debian's dataset-fashion-mnist (the benchmark's default data)"
+  (apt-get install -y -qq dataset-fashion-mnist || (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist)) >/dev/null ||
+    echo "[setup] could not install dataset-fashion-mnist; the benchmark will say what to do"
+fi
+"$PY" -c "import attnce_plugin, solo; print('[setup] ready: attnce_plugin', attnce_plugin.__version__, 'from', attnce_plugin.__file__)" 2>/dev/null
