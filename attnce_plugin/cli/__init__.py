@@ -1,0 +1,43 @@
+"""Thin wrappers that run solo-learn's argparse scripts with the AttentionNCE methods registered.
+
+``main_knn.py`` and ``main_umap.py`` look the checkpoint's method up in ``solo.methods.METHODS``
+(from its ``args.json``) and have no Hydra config through which the plugin could register itself,
+so these wrappers register first and then run the checkout's own script unchanged::
+
+    python -m attnce_plugin.cli.knn  --pretrained_checkpoint_dir trained_models/attentionnce/<id> ...
+    python -m attnce_plugin.cli.umap --pretrained_checkpoint_dir trained_models/attentionnce/<id> ...
+
+``main_pretrain.py`` and ``main_linear.py`` need no wrapper: the plugin's YAML configs declare the
+Hydra callback that registers.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+
+def run_solo_script(script: str, argv: Optional[Sequence[str]] = None) -> None:
+    """Register the plugin's methods, then run ``<solo checkout>/<script>`` as ``__main__``.
+
+    Args:
+        script: file name inside the solo-learn checkout, e.g. ``"main_knn.py"``.
+        argv: the script's arguments (default: this process's ``sys.argv[1:]``).
+
+    Raises:
+        SoloLearnMissingError: solo-learn or its checkout is missing.
+        FileNotFoundError: the checkout has no such script.
+    """
+    from attnce_plugin.registration import register
+    from attnce_plugin.solo_compat import solo_checkout_dir
+
+    register()
+    path = Path(solo_checkout_dir()) / script
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; is SOLO_LEARN_DIR a solo-learn checkout?")
+    args = list(sys.argv[1:] if argv is None else argv)
+    # The script parses sys.argv itself; make it look as if it had been started directly.
+    sys.argv = [str(path), *args]
+    runpy.run_path(str(path), run_name="__main__")

@@ -1,0 +1,150 @@
+"""Which of solo-learn's crops are AttentionNCE anchors and which are positives.
+
+solo-learn builds the crops of a sample from the ``augmentations:`` list in order and hands the
+model ``[crop_0 .. crop_{n-1}]``. Its ``parse_cfg`` calls every pipeline at the first pipeline's
+``crop_size`` "large", and ``main_pretrain.py`` refuses anything but 2 large crops. AttentionNCE
+needs 2 anchors plus M positives, and in the paper's setting the positives have the anchors' size,
+so solo-learn's count would be 6 large crops. This module fixes the roles by position instead:
+
+* anchors = the first 2 crops, which must be exactly the leading pipeline(s) at the first
+  pipeline's crop size;
+* positives = every later crop, at the anchors' size (the paper) or smaller (multi-crop).
+
+The methods then report ``num_large_crops = 2`` and ``num_small_crops = M`` to solo-learn, which
+sends the positives through ``multicrop_forward``. Layouts that would silently swap roles are
+refused with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence, Tuple
+
+#: AttentionNCE (and MoCo v3) use exactly two anchor views per image.
+NUM_ANCHORS = 2
+
+
+class CropLayoutError(ValueError):
+    """The ``augmentations:`` list cannot be read as 2 anchor crops followed by positive crops."""
+
+
+@dataclass(frozen=True)
+class CropLayout:
+    """Roles of the crops produced by a solo-learn ``augmentations:`` list.
+
+    Attributes:
+        anchor_size: crop size of the 2 anchor crops (the first pipeline's ``crop_size``).
+        positive_sizes: crop size of each positive crop, in the order the model receives them;
+            its length is M.
+    """
+
+    anchor_size: int
+    positive_sizes: Tuple[int, ...]
+
+    @property
+    def num_anchors(self) -> int:
+        """Always :data:`NUM_ANCHORS`."""
+        return NUM_ANCHORS
+
+    @property
+    def num_positives(self) -> int:
+        """M, the number of positive crops per image."""
+        return len(self.positive_sizes)
+
+    @property
+    def multicrop(self) -> bool:
+        """Whether some positive crop is smaller than the anchors."""
+        return any(size != self.anchor_size for size in self.positive_sizes)
+
+
+def _get(pipeline: Any, key: str, index: int) -> int:
+    """Read an integer ``key`` of pipeline ``index`` (DictConfig or dict), refusing junk."""
+    try:
+        value = pipeline[key]
+    except (KeyError, TypeError, AttributeError):
+        value = None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CropLayoutError(
+            f"augmentations[{index}].{key} must be a positive integer, got {value!r}"
+        )
+    return value
+
+
+def resolve_crop_layout(
+    augmentations: Sequence[Mapping[str, Any]], *, require_positives: bool = True
+) -> CropLayout:
+    """Assign anchor and positive roles to the crops of a solo-learn ``augmentations:`` list.
+
+    Args:
+        augmentations: the pipelines, in order; each needs integer ``crop_size`` and ``num_crops``.
+        require_positives: refuse a layout without positive crops (False only for MoCo v3's own
+            loss, which uses the anchors alone).
+
+    Returns:
+        The :class:`CropLayout`.
+
+    Raises:
+        CropLayoutError: not 2 anchors, no positive crop (when required), or a pipeline larger
+            than the anchors / an anchor-size pipeline after a smaller one.
+    """
+    if augmentations is None or len(augmentations) == 0:
+        raise CropLayoutError(
+            "augmentations is empty: AttentionNCE needs a pipeline with num_crops: 2 (the anchors) "
+            "followed by one with num_crops: 4 (the positives)"
+        )
+    sizes = [_get(p, "crop_size", i) for i, p in enumerate(augmentations)]
+    counts = [_get(p, "num_crops", i) for i, p in enumerate(augmentations)]
+    anchor_size = sizes[0]
+
+    # Leading pipelines at the anchors' size, up to 2 crops: those are the anchors.
+    num_anchor_crops, first_positive = 0, 0
+    while (
+        first_positive < len(sizes)
+        and sizes[first_positive] == anchor_size
+        and num_anchor_crops < NUM_ANCHORS
+    ):
+        num_anchor_crops += counts[first_positive]
+        first_positive += 1
+    if num_anchor_crops < NUM_ANCHORS:
+        raise CropLayoutError(
+            f"the anchors are the first {NUM_ANCHORS} crops, at the first pipeline's crop_size "
+            f"{anchor_size}, but only {num_anchor_crops} crop(s) of that size lead the augmentations "
+            f"list (crop sizes {sizes}, num_crops {counts}); set num_crops: {NUM_ANCHORS} in "
+            "augmentations[0]"
+        )
+    if num_anchor_crops > NUM_ANCHORS:
+        raise CropLayoutError(
+            f"the anchors must be exactly the first {NUM_ANCHORS} crops in pipeline(s) of their own, "
+            f"but augmentations[0:{first_positive}] hold {num_anchor_crops} crops of size "
+            f"{anchor_size}; split it into a pipeline with num_crops: {NUM_ANCHORS} (anchors) "
+            f"followed by one with num_crops: {num_anchor_crops - NUM_ANCHORS} (positives)"
+        )
+
+    positive_sizes = []
+    smallest_seen = None
+    for i in range(first_positive, len(sizes)):
+        size = sizes[i]
+        if size > anchor_size:
+            raise CropLayoutError(
+                f"augmentations[{i}] has crop_size {size}, larger than the anchors' {anchor_size} "
+                "(augmentations[0]): a small pipeline comes before a large one. List the pipeline "
+                "of the largest crops first with num_crops: 2 (the anchors), then the positives"
+            )
+        if size == anchor_size and smallest_seen is not None:
+            raise CropLayoutError(
+                f"augmentations[{i}] (crop_size {size}, the anchors' size) comes after "
+                f"augmentations[{smallest_seen}] (crop_size {sizes[smallest_seen]}): a small "
+                "pipeline comes before a large one. Move the pipelines at the anchors' crop_size "
+                "before the smaller ones"
+            )
+        if size < anchor_size and smallest_seen is None:
+            smallest_seen = i
+        positive_sizes.extend([size] * counts[i])
+
+    if require_positives and not positive_sizes:
+        raise CropLayoutError(
+            f"no positive crop: augmentations only holds the {NUM_ANCHORS} anchors. Add a pipeline "
+            f"after them with num_crops: 4 at crop_size {anchor_size} (the paper's setting) or "
+            "smaller (multi-crop)"
+        )
+    return CropLayout(anchor_size=anchor_size, positive_sizes=tuple(positive_sizes))

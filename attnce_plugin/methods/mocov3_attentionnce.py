@@ -1,0 +1,160 @@
+"""``mocov3_attentionnce``: solo-learn's MoCo v3 with a switch to the AttentionNCE loss."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable, Sequence
+
+import omegaconf
+import torch
+from solo.methods.base import BaseMethod, BaseMomentumMethod
+from solo.methods.mocov3 import MoCoV3
+
+from attnce_plugin.attention import attention_stats
+from attnce_plugin.losses import attentionnce_mocov3_loss_func
+from attnce_plugin.methods.attentionnce import log_attention
+from attnce_plugin.methods.common import (
+    MethodConfigError,
+    apply_crop_layout,
+    check_method_kwargs,
+    check_positive_kwargs,
+    mean_stats,
+)
+
+log = logging.getLogger(__name__)
+
+#: Values of ``method_kwargs.loss``.
+LOSSES = ("mocov3", "attentionnce")
+
+
+def _mocov3_backbone(factory: Callable[..., torch.nn.Module]) -> Callable[..., torch.nn.Module]:
+    """Wrap a solo-learn backbone factory so that it always builds the ``mocov3`` variant.
+
+    solo-learn's ViT factories pick MoCo v3's ViT only when the method name is ``"mocov3"``;
+    our method has another name, so without this a ViT would silently get the plain variant.
+    ResNets ignore the name.
+    """
+
+    @functools.wraps(factory)
+    def build(method: str, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        return factory("mocov3", *args, **kwargs)
+
+    return build
+
+
+class MoCoV3AttentionNCE(MoCoV3):
+    """MoCo v3 whose loss is chosen by ``method_kwargs.loss``.
+
+    Extra cfg settings (on top of MoCo v3's proj_hidden_dim, proj_output_dim, pred_hidden_dim,
+    temperature):
+        method_kwargs:
+            loss (str): ``attentionnce`` (default) or ``mocov3``.
+            d_pos (float): positive-attention scale > 0 (default 1.0).
+            d_neg (float): negative-attention scale > 0 (default 1.0).
+
+    With ``loss: mocov3`` this is solo-learn's MoCo v3 step for step; positive crops, if the
+    augmentations have any, are dropped before any forward pass. With ``loss: attentionnce`` the
+    query of each anchor view is pulled towards the attention prototype of the momentum keys of
+    the other anchor view and of the M positive crops (which only go through the momentum network),
+    and pushed from the other images' keys with beta re-weighting; the loss keeps MoCo v3's
+    ``2 * temperature`` scale so its learning-rate recipes still apply.
+    """
+
+    METHOD_NAME = "mocov3_attentionnce"
+    ALLOWED_KWARGS = (
+        "proj_hidden_dim",
+        "proj_output_dim",
+        "pred_hidden_dim",
+        "temperature",
+        "loss",
+        "d_pos",
+        "d_neg",
+    )
+    # Build every backbone as solo-learn builds it for method "mocov3" (the MoCo v3 ViT).
+    _BACKBONES = {name: _mocov3_backbone(f) for name, f in BaseMethod._BACKBONES.items()}
+
+    def __init__(self, cfg: omegaconf.DictConfig):
+        super().__init__(cfg)
+        self.loss_name: str = cfg.method_kwargs.loss
+        self.d_pos: float = float(cfg.method_kwargs.d_pos)
+        self.d_neg: float = float(cfg.method_kwargs.d_neg)
+
+        # The positive crops never go through the online network: MoCo's positives are momentum
+        # keys. Hiding them from BaseMethod.training_step saves their online forward pass (and
+        # keeps the online BatchNorm statistics exactly MoCo v3's).
+        self.num_positive_crops: int = self.num_small_crops
+        self.num_small_crops = 0
+        self.num_crops = self.num_large_crops
+        self.multicrop = False
+        if self.loss_name == "mocov3" and self.num_positive_crops:
+            log.warning(
+                "method_kwargs.loss=mocov3 ignores the %d positive crop(s) of the augmentations; "
+                "remove them to save data-loading time",
+                self.num_positive_crops,
+            )
+
+    @staticmethod
+    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        """Fill defaults and refuse bad method_kwargs or crop layouts (see the class docstring).
+
+        Raises:
+            MethodConfigError: unknown/missing/out-of-range ``method_kwargs`` or unknown ``loss``.
+            CropLayoutError: the augmentations are not 2 anchors followed by positives
+                (positives are optional with ``loss: mocov3``).
+        """
+        cfg = super(MoCoV3AttentionNCE, MoCoV3AttentionNCE).add_and_assert_specific_cfg(cfg)
+        name = MoCoV3AttentionNCE.METHOD_NAME
+        check_method_kwargs(
+            cfg,
+            name,
+            MoCoV3AttentionNCE.ALLOWED_KWARGS,
+            required=("proj_hidden_dim", "proj_output_dim", "pred_hidden_dim", "temperature"),
+            defaults={"loss": "attentionnce", "d_pos": 1.0, "d_neg": 1.0},
+        )
+        if cfg.method_kwargs.loss not in LOSSES:
+            raise MethodConfigError(
+                f"method_kwargs.loss of method '{name}' must be one of {', '.join(LOSSES)}, "
+                f"got {cfg.method_kwargs.loss!r}"
+            )
+        check_positive_kwargs(cfg, ("temperature", "d_pos", "d_neg"))
+        apply_crop_layout(cfg, require_positives=cfg.method_kwargs.loss == "attentionnce")
+        return cfg
+
+    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+        """MoCo v3's or AttentionNCE's contrastive loss plus the online classifier's loss.
+
+        Args:
+            batch: ``[indexes [b], [crop_0 .. crop_{1+M}], targets [b]]``; crops 0-1 are anchors.
+            batch_idx: index of the batch.
+
+        Returns:
+            Scalar total loss.
+        """
+        indexes, crops, targets = batch
+        crops = [crops] if isinstance(crops, torch.Tensor) else list(crops)
+        anchors_batch = [indexes, crops[: self.num_large_crops], targets]
+        if self.loss_name == "mocov3":
+            return super().training_step(anchors_batch, batch_idx)
+
+        # Skip MoCoV3.training_step (its loss) but keep everything its parents do.
+        out = BaseMomentumMethod.training_step(self, anchors_batch, batch_idx)
+        queries, keys = out["q"], out["momentum_k"]
+        # momentum_forward is no_grad: the positives' keys are targets, like MoCo's keys.
+        positive_keys = torch.stack(
+            [self.momentum_forward(x)["k"] for x in crops[self.num_large_crops :]], dim=1
+        )  # [b, M, d]
+
+        loss_a, weights_a = attentionnce_mocov3_loss_func(
+            queries[0], keys[1], positive_keys, self.temperature, self.d_pos, self.d_neg,
+            return_attention=True,
+        )
+        loss_b, weights_b = attentionnce_mocov3_loss_func(
+            queries[1], keys[0], positive_keys, self.temperature, self.d_pos, self.d_neg,
+            return_attention=True,
+        )
+        contrastive_loss = loss_a + loss_b
+        # Same key as solo-learn's MoCo v3, so both losses share dashboards.
+        self.log("train_contrastive_loss", contrastive_loss, on_epoch=True, sync_dist=True)
+        log_attention(self, mean_stats([attention_stats(weights_a), attention_stats(weights_b)]))
+        return contrastive_loss + out["loss"]

@@ -1,0 +1,196 @@
+"""Making solo-learn's own, unmodified scripts train and evaluate the AttentionNCE methods.
+
+Three pieces:
+
+* :func:`register` adds ``attentionnce`` and ``mocov3_attentionnce`` to ``solo.methods.METHODS``
+  in place (``main_pretrain.py``, ``main_knn.py`` and ``main_umap.py`` hold that same dict object,
+  so rebinding it would not reach them). ``import attnce_plugin`` calls it.
+* :func:`install_parse_cfg_hooks` wraps solo-learn's ``parse_cfg`` so that the plugin's methods
+  get their crop roles (2 anchors, M positives at any size) before ``main_pretrain.py`` checks
+  ``num_large_crops == 2``, and so that ``main_linear.py`` builds the MoCo v3 ViT for
+  ``pretrain_method: mocov3_attentionnce``. The scripts imported ``parse_cfg`` by name, so the
+  script's own global is replaced as well as the module attribute.
+* :class:`SoloLearnCallback`, the Hydra callback the plugin's YAML configs declare under
+  ``hydra.callbacks``. Hydra builds it before calling the script's task function, in every
+  process (Lightning's DDP children re-run the same command line), and it does the two above.
+
+Refusals (bad crop layouts, bad method kwargs) happen inside the wrapped ``parse_cfg`` and the
+methods' ``add_and_assert_specific_cfg``, which run inside the task function: exceptions raised
+in Hydra callback ``on_*`` hooks are only logged, they would not stop a run.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from typing import Any, Callable, Dict, MutableMapping, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnce_plugin.solo_compat import require_solo
+
+try:  # hydra is a dependency, but keep `import attnce_plugin` working on odd installs.
+    from hydra.experimental.callback import Callback as _HydraCallback
+except ImportError:  # pragma: no cover
+    _HydraCallback = object  # type: ignore[misc,assignment]
+
+log = logging.getLogger(__name__)
+
+#: ``main_linear.py`` passes ``pretrain_method`` to solo-learn's backbone factories, which only
+#: special-case solo-learn's own names; our MoCo method's backbones are built as ``mocov3``'s.
+LINEAR_PRETRAIN_METHOD_ALIASES: Dict[str, str] = {"mocov3_attentionnce": "mocov3"}
+
+# Marks a wrapper so that installing twice (callback hooks, DDP re-runs, tests) never nests.
+_ORIGINAL_ATTR = "__attnce_original__"
+
+
+def register() -> Dict[str, type]:
+    """Add the plugin's methods to ``solo.methods.METHODS`` in place; idempotent.
+
+    Returns:
+        The name -> class mapping that was registered.
+
+    Raises:
+        SoloLearnMissingError: solo-learn >= 1.0.6 is not installed.
+        RuntimeError: solo-learn already has a different method under one of our names.
+    """
+    require_solo()
+    import solo.methods
+
+    from attnce_plugin.methods import METHODS as OURS
+
+    registry = solo.methods.METHODS
+    for name, cls in OURS.items():
+        existing = registry.get(name)
+        if existing is not None and existing is not cls:
+            # A re-imported copy of our own class is fine to replace; solo's or a third party's is not.
+            if not getattr(existing, "__module__", "").startswith("attnce_plugin."):
+                raise RuntimeError(
+                    f"solo.methods.METHODS['{name}'] is already {existing.__module__}."
+                    f"{existing.__qualname__}; attnce_plugin will not overwrite it"
+                )
+        registry[name] = cls
+    return dict(OURS)
+
+
+def _uses_mocov3_loss(cfg: DictConfig) -> bool:
+    return cfg.get("method") == "mocov3_attentionnce" and (
+        OmegaConf.select(cfg, "method_kwargs.loss", default="attentionnce") == "mocov3"
+    )
+
+
+def wrap_pretrain_parse_cfg(parse_cfg: Callable[[DictConfig], DictConfig]) -> Callable:
+    """Wrap ``solo.args.pretrain.parse_cfg`` to set the crop roles of the plugin's methods.
+
+    For ``method: attentionnce`` / ``mocov3_attentionnce`` the layout is checked before solo-learn's
+    parsing (so a bad one stops the run with a message saying what to change) and afterwards
+    ``data.num_large_crops = 2`` and ``data.num_small_crops = M``; other methods pass through
+    untouched.
+    """
+    if getattr(parse_cfg, _ORIGINAL_ATTR, None) is not None:
+        return parse_cfg
+
+    @functools.wraps(parse_cfg)
+    def attnce_parse_cfg(cfg: DictConfig) -> DictConfig:
+        from attnce_plugin.methods import METHODS as OURS
+        from attnce_plugin.methods.common import apply_crop_layout
+        from attnce_plugin.methods.crops import resolve_crop_layout
+
+        if cfg.get("method") not in OURS:
+            return parse_cfg(cfg)
+        require_positives = not _uses_mocov3_loss(cfg)
+        resolve_crop_layout(cfg.get("augmentations"), require_positives=require_positives)
+        cfg = parse_cfg(cfg)
+        apply_crop_layout(cfg, require_positives=require_positives)
+        return cfg
+
+    setattr(attnce_parse_cfg, _ORIGINAL_ATTR, parse_cfg)
+    return attnce_parse_cfg
+
+
+def wrap_linear_parse_cfg(parse_cfg: Callable[[DictConfig], DictConfig]) -> Callable:
+    """Wrap ``solo.args.linear.parse_cfg`` to map our method names to solo-learn's backbone
+    variants (see :data:`LINEAR_PRETRAIN_METHOD_ALIASES`)."""
+    if getattr(parse_cfg, _ORIGINAL_ATTR, None) is not None:
+        return parse_cfg
+
+    @functools.wraps(parse_cfg)
+    def attnce_parse_cfg(cfg: DictConfig) -> DictConfig:
+        cfg = parse_cfg(cfg)
+        method = cfg.get("pretrain_method")
+        if method in LINEAR_PRETRAIN_METHOD_ALIASES:
+            cfg.pretrain_method = LINEAR_PRETRAIN_METHOD_ALIASES[method]
+        return cfg
+
+    setattr(attnce_parse_cfg, _ORIGINAL_ATTR, parse_cfg)
+    return attnce_parse_cfg
+
+
+def _original(fn: Callable) -> Callable:
+    return getattr(fn, _ORIGINAL_ATTR, fn)
+
+
+def install_parse_cfg_hooks(namespace: Optional[MutableMapping[str, Any]] = None) -> None:
+    """Wrap solo-learn's ``parse_cfg`` functions where the scripts will look them up; idempotent.
+
+    Patches ``solo.args.pretrain.parse_cfg`` and ``solo.args.linear.parse_cfg``, and the global
+    ``parse_cfg`` of ``namespace`` (default: the ``__main__`` module, i.e. ``main_pretrain.py`` or
+    ``main_linear.py``, which did ``from solo.args.<x> import parse_cfg``).
+
+    Raises:
+        SoloLearnMissingError: solo-learn >= 1.0.6 is not installed.
+    """
+    require_solo()
+    import solo.args.linear as linear_args
+    import solo.args.pretrain as pretrain_args
+
+    pretrain_original = _original(pretrain_args.parse_cfg)
+    linear_original = _original(linear_args.parse_cfg)
+    pretrain_args.parse_cfg = wrap_pretrain_parse_cfg(pretrain_args.parse_cfg)
+    linear_args.parse_cfg = wrap_linear_parse_cfg(linear_args.parse_cfg)
+
+    namespaces = []
+    if namespace is not None:
+        namespaces.append(namespace)
+    main = sys.modules.get("__main__")
+    if main is not None:
+        namespaces.append(vars(main))
+    for ns in namespaces:
+        found = ns.get("parse_cfg")
+        if found is None or getattr(found, _ORIGINAL_ATTR, None) is not None:
+            continue
+        if found is pretrain_original:
+            ns["parse_cfg"] = pretrain_args.parse_cfg
+        elif found is linear_original:
+            ns["parse_cfg"] = linear_args.parse_cfg
+
+
+class SoloLearnCallback(_HydraCallback):
+    """Hydra callback that plugs AttentionNCE into solo-learn's scripts.
+
+    Declared by the plugin's configs::
+
+        hydra:
+          callbacks:
+            attnce:
+              _target_: attnce_plugin.registration.SoloLearnCallback
+
+    The constructor registers the methods and installs the ``parse_cfg`` hooks; an error there
+    (solo-learn missing) aborts the run, which is what we want. The hooks are re-installed at the
+    start of each job, on the task function's own globals, for launchers that run jobs elsewhere.
+    """
+
+    def __init__(self, **_: Any) -> None:
+        register()
+        install_parse_cfg_hooks()
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        install_parse_cfg_hooks()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        install_parse_cfg_hooks()
+
+    def on_job_start(self, config: DictConfig, *, task_function: Any = None, **kwargs: Any) -> None:
+        register()
+        install_parse_cfg_hooks(getattr(task_function, "__globals__", None))

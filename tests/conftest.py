@@ -1,0 +1,122 @@
+"""Shared helpers for the tests that run solo-learn's own scripts as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import pytest
+
+#: This checkout, put first on the subprocesses' PYTHONPATH so that they test this code even when
+#: the editable install points at another clone.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: Image size of the generated dataset: small, but larger than every test crop.
+TINY_IMAGE_SIZE = 40
+
+
+def make_image_folder(root: Path, num_classes: int = 2, per_class: int = 8, seed: int = 0) -> Path:
+    """Write ``root/class<k>/<i>.png`` random RGB images (a torchvision ImageFolder).
+
+    Args:
+        root: folder to create.
+        num_classes: number of class sub-folders.
+        per_class: images per class.
+        seed: numpy seed, so that every test run sees the same pixels.
+
+    Returns:
+        ``root``.
+    """
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for k in range(num_classes):
+        folder = root / f"class{k}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            # A per-class colour cast keeps the classes separable for the linear-probe smoke test.
+            pixels = rng.integers(0, 256, size=(TINY_IMAGE_SIZE, TINY_IMAGE_SIZE, 3))
+            pixels[..., k % 3] = np.clip(pixels[..., k % 3] + 80, 0, 255)
+            Image.fromarray(pixels.astype("uint8")).save(folder / f"{i}.png")
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_image_folder(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    """A tiny labelled dataset: ``{"train": <5 classes x 4 images>, "val": <5 x 2>}``, 40x40 PNGs.
+
+    5 classes because solo-learn's ``main_linear.py`` computes top-5 accuracy unguarded.
+    """
+    root = tmp_path_factory.mktemp("tiny_images")
+    return {
+        "train": make_image_folder(root / "train", num_classes=5, per_class=4, seed=0),
+        "val": make_image_folder(root / "val", num_classes=5, per_class=2, seed=1),
+    }
+
+
+def subprocess_env(threads: int = 2) -> Dict[str, str]:
+    """Environment for the script subprocesses: quiet warnings, bounded threads, no wandb."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "PYTHONWARNINGS": "ignore",
+            "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads),
+            "WANDB_MODE": "disabled",
+            "HYDRA_FULL_ERROR": "1",
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
+            ),
+        }
+    )
+    return env
+
+
+def run_script(
+    argv: Sequence[str],
+    cwd: Path,
+    *,
+    timeout: float = 600,
+    threads: int = 2,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
+    """Run ``python <argv...>`` in ``cwd``; with ``check`` fail the test showing the output tail.
+
+    Returns:
+        The completed process, ``stdout`` holding stdout and stderr together.
+    """
+    proc = subprocess.run(
+        [sys.executable, *argv],
+        cwd=str(cwd),
+        env=subprocess_env(threads),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(
+            f"{' '.join(argv[:3])} ... exited with {proc.returncode}:\n{proc.stdout[-6000:]}",
+            pytrace=False,
+        )
+    return proc
+
+
+def find_checkpoints(ckpt_dir: Path) -> List[Path]:
+    """All ``*.ckpt`` files under ``ckpt_dir``, sorted by path."""
+    return sorted(ckpt_dir.rglob("*.ckpt"))
+
+
+def read_metrics_csv(cwd: Path) -> Optional[List[Dict[str, str]]]:
+    """Rows of the CSV logger's ``metrics.csv`` written under ``cwd/lightning_logs``, or None."""
+    import csv
+
+    files = sorted(cwd.glob("lightning_logs/*/metrics.csv"))
+    if not files:
+        return None
+    with open(files[-1]) as fh:
+        return list(csv.DictReader(fh))
