@@ -14,12 +14,18 @@ scripts use one definition:
 Everything works in log space: the logits ``beta * n / tau`` can reach ``K / tau`` (about 8e5 for
 K = 8190, tau = 0.01), which overflows ``exp`` in fp32 and in fp16 but is harmless inside a
 max-shifted log-sum-exp.
+
+The losses call :func:`fused_attention_nce`, which computes the negative similarities, beta and the
+log-sum-exp in one autograd node that writes into a handful of [n, N] buffers in place and keeps a
+single [n, N] tensor for backward (see ``docs/performance.md``). :func:`negative_attention` and
+:func:`attention_nce` are the same formulas written op by op; they are kept as the readable
+definition and for checking the fused path against.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -115,6 +121,150 @@ def attention_nce(
     neg_logits = (beta * neg_sim / temperature).masked_fill(~valid, float("-inf"))
     logits = torch.cat([pos_logit.unsqueeze(1), neg_logits], dim=1)
     return torch.logsumexp(logits, dim=1) - pos_logit
+
+
+class _FusedAttentionNCE(torch.autograd.Function):
+    """Per-anchor AttentionNCE loss from the anchors and candidates, in one node (see
+    :func:`fused_attention_nce` for the contract).
+
+    Forward, with S = anchors @ candidates^T and invalid entries set to -inf in place:
+    ``e = exp((S - max_j S) / d_neg)`` (0 where invalid), ``beta / tau = e * K / (tau * sum_j e) +
+    1e-6 * K / tau`` (the published ``(softmax + 1e-6) * K``, divided by tau), logits
+    ``L = (beta / tau) * S`` written over S (-inf where invalid, since beta > 0), then the
+    max-shifted log-sum-exp of ``[pos_logit, L]``. Backward needs only
+    ``W = exp(L - max) * beta / tau`` [n, N], kept in S's buffer: ``dloss_i / dS_ij =
+    W_ij / sumexp_i`` (beta held constant) and ``dloss_i / dpos_i = exp(pos_i - max_i) / sumexp_i - 1``.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        anchors: torch.Tensor,
+        candidates: torch.Tensor,
+        pos_logit: torch.Tensor,
+        invalid_rows: torch.Tensor,
+        invalid_cols: torch.Tensor,
+        num_valid: torch.Tensor,
+        temperature: float,
+        d_neg: float,
+        return_beta: bool,
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        sim = anchors @ candidates.T
+        sim.index_put_((invalid_rows, invalid_cols), sim.new_full((), float("-inf")))
+        k = num_valid.to(sim.dtype).unsqueeze(1)
+        empty = (num_valid == 0).unsqueeze(1)
+        # A row without negatives is all -inf; shift it by 0 instead of -inf (no NaN), and give it
+        # beta / tau = 1 so that its logits stay -inf (its returned beta is zeroed below).
+        shift = sim.amax(dim=1, keepdim=True).masked_fill_(empty, 0.0)
+        expd = torch.sub(sim, shift).div_(d_neg).exp_()
+        scale = (k / temperature) / expd.sum(dim=1, keepdim=True)
+        scale.masked_fill_(empty, 0.0)
+        offset = (k * (BETA_EPS / temperature)).masked_fill_(empty, 1.0)
+        beta_t = expd.mul_(scale).add_(offset)  # beta / tau, in expd's buffer
+        beta: Optional[torch.Tensor] = None
+        if return_beta:
+            beta = beta_t * temperature
+            beta.index_put_((invalid_rows, invalid_cols), beta.new_zeros(()))
+            beta.masked_fill_(empty, 0.0)
+        logits = sim.mul_(beta_t)  # beta * S / tau, -inf where invalid
+        row_max = torch.maximum(logits.amax(dim=1), pos_logit)
+        probs = logits.sub_(row_max.unsqueeze(1)).exp_()
+        pos_exp = torch.exp(pos_logit - row_max)
+        sumexp = probs.sum(dim=1) + pos_exp
+        loss = row_max + sumexp.log() - pos_logit
+        weights = probs.mul_(beta_t)  # exp(L - max) * beta / tau; 0 where invalid
+        del beta_t, expd
+        ctx.save_for_backward(anchors, candidates, weights, sumexp, pos_exp)
+        if beta is not None:
+            ctx.mark_non_differentiable(beta)
+        return loss, beta
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx, grad_loss: torch.Tensor, _grad_beta: Optional[torch.Tensor]
+    ) -> Tuple[Optional[torch.Tensor], ...]:
+        anchors, candidates, weights, sumexp, pos_exp = ctx.saved_tensors
+        row_grad = grad_loss / sumexp
+        grad_sim = weights * row_grad.unsqueeze(1)
+        grad_anchors = grad_sim @ candidates if ctx.needs_input_grad[0] else None
+        grad_candidates = grad_sim.T @ anchors if ctx.needs_input_grad[1] else None
+        grad_pos = grad_loss * (pos_exp / sumexp - 1.0) if ctx.needs_input_grad[2] else None
+        return grad_anchors, grad_candidates, grad_pos, None, None, None, None, None, None
+
+
+def fused_attention_nce(
+    anchors: torch.Tensor,
+    candidates: torch.Tensor,
+    pos_logit: torch.Tensor,
+    invalid_rows: torch.Tensor,
+    invalid_cols: torch.Tensor,
+    num_valid: torch.Tensor,
+    temperature: float,
+    d_neg: float,
+    return_beta: bool = False,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Per-anchor AttentionNCE loss, negatives and beta computed inside one autograd node.
+
+    Equal (up to fp rounding) to ``attention_nce(pos_logit, S, negative_attention(S, valid, d_neg),
+    valid, temperature)`` with ``S = anchors @ candidates.T`` and ``valid`` False exactly at
+    ``(invalid_rows, invalid_cols)``, but with about half the passes over [n, N] and one [n, N]
+    tensor kept for backward. Beta is held constant in backward (stop-gradient). Not twice
+    differentiable.
+
+    Args:
+        anchors: [n, d] unit anchors (carry the gradient).
+        candidates: [N, d] unit candidates (with or without gradient).
+        pos_logit: [n] prototype logits (see :func:`prototype_logit`).
+        invalid_rows: [P] long, row of each (anchor, candidate) pair that is not a negative.
+        invalid_cols: [P] long, its column; pairs must be distinct.
+        num_valid: [n] long, K of each row = N minus its number of invalid pairs.
+        temperature: tau > 0.
+        d_neg: negative-attention scale > 0.
+        return_beta: also return beta [n, N] (detached; 0 where invalid).
+
+    Returns:
+        ``(loss [n], beta [n, N] or None)``.
+    """
+    return _FusedAttentionNCE.apply(
+        anchors, candidates, pos_logit, invalid_rows, invalid_cols, num_valid, temperature, d_neg,
+        return_beta,
+    )
+
+
+def index_match_pairs(
+    local_idx: torch.Tensor, all_idx: torch.Tensor
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """All pairs (r, c) with ``local_idx[r] == all_idx[c]``, without an [n, N] comparison.
+
+    Sorts ``all_idx`` once and finds each row's equal run with ``searchsorted``: O((n + N) log N)
+    work and O(matches) memory, whatever the duplicates (e.g. a sample repeated on two processes).
+
+    Args:
+        local_idx: [n] dataset index of each anchor row.
+        all_idx: [N] dataset index of each candidate column.
+
+    Returns:
+        ``(rows [P], cols [P], num_valid [n])`` with P the number of matches and
+        ``num_valid[r] = N - (matches of row r)``.
+    """
+    sorted_idx, order = torch.sort(all_idx)
+    first = torch.searchsorted(sorted_idx, local_idx, side="left")
+    count = torch.searchsorted(sorted_idx, local_idx, side="right") - first
+    rows = torch.repeat_interleave(torch.arange(local_idx.numel(), device=local_idx.device), count)
+    # Position of each match inside sorted_idx: its row's first match plus its rank in the run.
+    run_start = torch.cumsum(count, dim=0) - count
+    rank_in_run = torch.arange(rows.numel(), device=local_idx.device) - run_start[rows]
+    cols = order[first[rows] + rank_in_run]
+    return rows, cols, all_idx.numel() - count
+
+
+def valid_from_pairs(
+    invalid_rows: torch.Tensor, invalid_cols: torch.Tensor, n: int, total: int
+) -> torch.Tensor:
+    """[n, total] bool mask, True everywhere except at the given (row, col) pairs."""
+    valid = torch.ones(n, total, dtype=torch.bool, device=invalid_rows.device)
+    valid[invalid_rows, invalid_cols] = False
+    return valid
 
 
 @torch.no_grad()

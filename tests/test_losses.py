@@ -285,3 +285,39 @@ def test_mocov3_form_shape_errors_show_shapes():
         attentionnce_mocov3_loss_func(torch.randn(4, 8), torch.randn(5, 8), None)
     with pytest.raises(ValueError, match=r"positive_keys must have shape \[b, M, d\].*\[4, 2, 7\]"):
         attentionnce_mocov3_loss_func(torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 2, 7))
+
+
+def test_fused_node_equals_op_by_op_head():
+    """The fused autograd node the losses use against the head's op-by-op definition."""
+    from attnce_plugin.attention import (
+        attention_nce,
+        fused_attention_nce,
+        index_match_pairs,
+        negative_attention,
+        valid_from_pairs,
+    )
+
+    g = torch.Generator().manual_seed(9)
+    a = torch.nn.functional.normalize(torch.randn(12, 8, generator=g), dim=1)
+    cand = torch.nn.functional.normalize(torch.randn(18, 8, generator=g), dim=1)
+    local_idx = torch.tensor([0, 1, 2, 3, 4, 5] * 2)
+    all_idx = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8] * 2)
+    all_idx[-1] = 0  # a sample repeated on "another process"
+    pos_logit = torch.randn(12, generator=g)
+    rows, cols, num_valid = index_match_pairs(local_idx, all_idx)
+    valid = valid_from_pairs(rows, cols, 12, 18)
+    torch.testing.assert_close(valid, local_idx[:, None] != all_idx[None, :])
+
+    a1, c1, p1 = (t.clone().requires_grad_(True) for t in (a, cand, pos_logit))
+    fused, beta = fused_attention_nce(a1, c1, p1, rows, cols, num_valid, 0.1, 0.05, True)
+    a2, c2, p2 = (t.clone().requires_grad_(True) for t in (a, cand, pos_logit))
+    sim = a2 @ c2.T
+    beta_ref = negative_attention(sim, valid, 0.05)
+    plain = attention_nce(p2, sim, beta_ref, valid, 0.1)
+    torch.testing.assert_close(fused, plain)
+    torch.testing.assert_close(beta, beta_ref)
+    fused.sum().backward()
+    plain.sum().backward()
+    # Logits reach K / tau = 170 here; fp32 rounding differs between the two orders of operations.
+    for x, y in ((a1, a2), (c1, c2), (p1, p2)):
+        torch.testing.assert_close(x.grad, y.grad, rtol=1e-4, atol=2e-4)

@@ -9,10 +9,11 @@ import torch.nn.functional as F
 
 from attnce_plugin.attention import (
     AttentionWeights,
-    attention_nce,
-    negative_attention,
+    fused_attention_nce,
+    index_match_pairs,
     positive_attention,
     prototype_logit,
+    valid_from_pairs,
 )
 from attnce_plugin.checks import check_positive_finite, check_shape
 from attnce_plugin.distributed import gather_no_grad, gather_with_grad
@@ -74,19 +75,22 @@ def attentionnce_loss_func(
         a = F.normalize(anchors.float(), dim=-1)
         p = F.normalize(positives.float(), dim=-1)
 
-        pos_sim = torch.einsum("vbd,bmd->vbm", a.view(num_views, b, dim), p).reshape(-1, num_pos)
+        # [V, b, 1, d] * [1, b, M, d] summed over d: faster than einsum's many tiny bmm calls.
+        pos_sim = (a.view(num_views, b, 1, dim) * p.unsqueeze(0)).sum(dim=-1).reshape(-1, num_pos)
         alpha = positive_attention(pos_sim, d_pos)
         pos_logit = prototype_logit(pos_sim, alpha, temperature)
 
         local_idx = indexes.repeat(num_views)
         all_idx = gather_no_grad(local_idx)
         all_anchors = gather_with_grad(a)
-        neg_sim = a @ all_anchors.T
-        valid = local_idx.unsqueeze(1) != all_idx.unsqueeze(0)
-        beta = negative_attention(neg_sim, valid, d_neg)
-
-        loss = attention_nce(pos_logit, neg_sim, beta, valid, temperature).mean()
+        # Masks by index, as (row, col) pairs of same-image entries: no [n, N] comparison.
+        rows, cols, num_valid = index_match_pairs(local_idx, all_idx)
+        per_anchor, beta = fused_attention_nce(
+            a, all_anchors, pos_logit, rows, cols, num_valid, temperature, d_neg, return_attention
+        )
+        loss = per_anchor.mean()
 
     if return_attention:
+        valid = valid_from_pairs(rows, cols, a.shape[0], all_idx.shape[0])
         return loss, AttentionWeights(alpha=alpha, beta=beta, valid=valid)
     return loss

@@ -10,20 +10,23 @@ import torch.nn.functional as F
 
 from attnce_plugin.attention import (
     AttentionWeights,
-    attention_nce,
-    negative_attention,
+    fused_attention_nce,
     positive_attention,
     prototype_logit,
+    valid_from_pairs,
 )
 from attnce_plugin.checks import check_positive_finite, check_shape
 from attnce_plugin.distributed import gather_no_grad, rank
 
 
 @lru_cache(maxsize=16)
-def _other_keys_mask(b: int, total: int, offset: int, device: torch.device) -> torch.Tensor:
-    """[b, total] bool: True except at column ``offset + i`` of row i (the query's own key)."""
-    rows = torch.arange(b, device=device).unsqueeze(1) + offset
-    return rows != torch.arange(total, device=device).unsqueeze(0)
+def _own_key_pairs(
+    b: int, total: int, offset: int, device: torch.device
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The entries that are not negatives, cached per shape and device: row i, column
+    ``offset + i`` (the query's own key). Returns ``(rows [b], cols [b], num_valid [b])``."""
+    rows = torch.arange(b, device=device)
+    return rows, rows + offset, torch.full((b,), total - 1, dtype=torch.long, device=device)
 
 
 def attentionnce_mocov3_loss_func(
@@ -76,17 +79,18 @@ def attentionnce_mocov3_loss_func(
             pk = F.normalize(positive_keys.float(), dim=-1)
             candidates = torch.cat([candidates, pk], dim=1)
 
-        pos_sim = torch.einsum("bd,bmd->bm", q, candidates)
+        pos_sim = (q.unsqueeze(1) * candidates).sum(dim=-1)
         alpha = positive_attention(pos_sim, d_pos)
         pos_logit = prototype_logit(pos_sim, alpha, temperature)
 
         all_keys = gather_no_grad(k)
-        neg_sim = q @ all_keys.T
-        valid = _other_keys_mask(b, all_keys.shape[0], rank() * b, q.device)
-        beta = negative_attention(neg_sim, valid, d_neg)
-
-        loss = attention_nce(pos_logit, neg_sim, beta, valid, temperature).mean() * (2 * temperature)
+        rows, cols, num_valid = _own_key_pairs(b, all_keys.shape[0], rank() * b, q.device)
+        per_query, beta = fused_attention_nce(
+            q, all_keys, pos_logit, rows, cols, num_valid, temperature, d_neg, return_attention
+        )
+        loss = per_query.mean() * (2 * temperature)
 
     if return_attention:
+        valid = valid_from_pairs(rows, cols, b, all_keys.shape[0])
         return loss, AttentionWeights(alpha=alpha, beta=beta, valid=valid)
     return loss
