@@ -10,6 +10,9 @@ Three pieces:
   ``num_large_crops == 2``, and so that ``main_linear.py`` builds the MoCo v3 ViT for
   ``pretrain_method: mocov3_attentionnce``. The scripts imported ``parse_cfg`` by name, so the
   script's own global is replaced as well as the module attribute.
+* :func:`install_dataset_hooks` wraps solo-learn's ``prepare_datasets`` functions so that an
+  image file that cannot be decoded fails with an error naming the file (PIL's "image file is
+  truncated" does not), for every script (pretrain train and validation sets, linear eval).
 * :class:`SoloLearnCallback`, the Hydra callback the plugin's YAML configs declare under
   ``hydra.callbacks``. Hydra builds it before calling the script's task function, in every
   process (Lightning's DDP children re-run the same command line), and it does the two above.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from typing import Any, Callable, Dict, MutableMapping, Optional
+from typing import Any, Callable, Dict, List, MutableMapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -166,6 +169,100 @@ def install_parse_cfg_hooks(namespace: Optional[MutableMapping[str, Any]] = None
             ns["parse_cfg"] = linear_args.parse_cfg
 
 
+class UnreadableImageError(OSError):
+    """An image file of the data folder could not be read or decoded; the message names it."""
+
+
+class PathNamingLoader:
+    """An image loader that re-raises any failure with the file's path in the message.
+
+    torchvision's ``ImageFolder`` calls ``self.loader(path)``; PIL's errors for a truncated or
+    broken file ("image file is truncated", "broken data stream") do not say which file, which on a
+    dataset of a million images leaves the user nothing to act on. A class, not a closure, so that
+    the dataset still pickles for DataLoader workers started with ``spawn``.
+
+    Args:
+        loader: the dataset's original ``loader`` (path -> image).
+    """
+
+    def __init__(self, loader: Callable[[str], Any]) -> None:
+        self.loader = loader
+
+    def __call__(self, path: str) -> Any:
+        try:
+            return self.loader(path)
+        except Exception as err:  # any decoder error: re-raised with the path, never swallowed
+            raise UnreadableImageError(
+                f"cannot read image file '{path}': {type(err).__name__}: {err}. Remove or replace "
+                "the file (or re-extract the dataset) and run again"
+            ) from err
+
+
+def name_unreadable_images(dataset: Any) -> Any:
+    """Make ``dataset`` (a torchvision ``DatasetFolder``/``ImageFolder``, possibly wrapped by
+    solo-learn's ``dataset_with_index``) name the file in its loading errors; idempotent.
+
+    Datasets without a ``loader`` attribute (solo-learn's h5 format, torchvision's CIFAR/STL
+    arrays) are returned unchanged.
+    """
+    loader = getattr(dataset, "loader", None)
+    if callable(loader) and not isinstance(loader, PathNamingLoader) and hasattr(dataset, "samples"):
+        dataset.loader = PathNamingLoader(loader)
+    return dataset
+
+
+def _wrap_prepare_datasets(prepare: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a solo-learn ``prepare_datasets`` (one dataset or a tuple of them) with
+    :func:`name_unreadable_images`."""
+    if getattr(prepare, _ORIGINAL_ATTR, None) is not None:
+        return prepare
+
+    @functools.wraps(prepare)
+    def attnce_prepare_datasets(*args: Any, **kwargs: Any) -> Any:
+        out = prepare(*args, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(name_unreadable_images(d) for d in out)
+        return name_unreadable_images(out)
+
+    setattr(attnce_prepare_datasets, _ORIGINAL_ATTR, prepare)
+    return attnce_prepare_datasets
+
+
+def install_dataset_hooks(namespace: Optional[MutableMapping[str, Any]] = None) -> None:
+    """Wrap solo-learn's ``prepare_datasets`` functions so unreadable images are named; idempotent.
+
+    Patches ``solo.data.pretrain_dataloader.prepare_datasets`` (the pretraining set; also the
+    ``prepare_datasets`` global that ``main_pretrain.py`` imported by name, in ``namespace`` and
+    ``__main__``) and ``solo.data.classification_dataloader.prepare_datasets`` (looked up at call
+    time by its ``prepare_data``: validation sets of ``main_pretrain.py`` and ``main_linear.py``).
+    Applies to every method, not only the plugin's: the wrapper only changes error messages.
+    DALI data (``data.format=dali``) is decoded by DALI and not covered.
+
+    Raises:
+        SoloLearnMissingError: solo-learn >= 1.0.6 is not installed.
+    """
+    require_solo()
+    import solo.data.classification_dataloader as cls_data
+    import solo.data.pretrain_dataloader as pre_data
+
+    pre_data.prepare_datasets = _wrap_prepare_datasets(pre_data.prepare_datasets)
+    cls_data.prepare_datasets = _wrap_prepare_datasets(cls_data.prepare_datasets)
+    namespaces: List[MutableMapping[str, Any]] = []
+    if namespace is not None:
+        namespaces.append(namespace)
+    main = sys.modules.get("__main__")
+    if main is not None:
+        namespaces.append(vars(main))
+    for ns in namespaces:
+        found = ns.get("prepare_datasets")
+        if found is None or getattr(found, _ORIGINAL_ATTR, None) is not None:
+            continue
+        if found is _original(pre_data.prepare_datasets):
+            ns["prepare_datasets"] = pre_data.prepare_datasets
+        elif found is _original(cls_data.prepare_datasets):
+            ns["prepare_datasets"] = cls_data.prepare_datasets
+
+
 class SoloLearnCallback(_HydraCallback):
     """Hydra callback that plugs AttentionNCE into solo-learn's scripts.
 
@@ -176,21 +273,27 @@ class SoloLearnCallback(_HydraCallback):
             attnce:
               _target_: attnce_plugin.registration.SoloLearnCallback
 
-    The constructor registers the methods and installs the ``parse_cfg`` hooks; an error there
-    (solo-learn missing) aborts the run, which is what we want. The hooks are re-installed at the
-    start of each job, on the task function's own globals, for launchers that run jobs elsewhere.
+    The constructor registers the methods and installs the ``parse_cfg`` and dataset hooks; an
+    error there (solo-learn missing) aborts the run, which is what we want. The hooks are
+    re-installed at the start of each job, on the task function's own globals, for launchers that
+    run jobs elsewhere.
     """
 
     def __init__(self, **_: Any) -> None:
         register()
         install_parse_cfg_hooks()
+        install_dataset_hooks()
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         install_parse_cfg_hooks()
+        install_dataset_hooks()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         install_parse_cfg_hooks()
+        install_dataset_hooks()
 
     def on_job_start(self, config: DictConfig, *, task_function: Any = None, **kwargs: Any) -> None:
         register()
-        install_parse_cfg_hooks(getattr(task_function, "__globals__", None))
+        namespace = getattr(task_function, "__globals__", None)
+        install_parse_cfg_hooks(namespace)
+        install_dataset_hooks(namespace)

@@ -10,7 +10,7 @@ require_solo()  # a clear install hint instead of "No module named 'solo'"
 
 from attnce_plugin.methods.attentionnce import AttentionNCE  # noqa: E402
 from attnce_plugin.methods.crops import CropLayout, CropLayoutError, resolve_crop_layout  # noqa: E402
-from attnce_plugin.methods.common import MethodConfigError  # noqa: E402
+from attnce_plugin.methods.common import MethodConfigError, NonFiniteLossError  # noqa: E402
 from attnce_plugin.methods.mocov3_attentionnce import MoCoV3AttentionNCE  # noqa: E402
 
 METHODS = {
@@ -25,5 +25,6 @@ __all__ = [
     "CropLayout",
     "CropLayoutError",
     "MethodConfigError",
+    "NonFiniteLossError",
     "resolve_crop_layout",
 ]

@@ -12,13 +12,16 @@ from solo.methods.base import BaseMethod
 from attnce_plugin.attention import attention_stats
 from attnce_plugin.losses import attentionnce_loss_func
 from attnce_plugin.methods.common import (
+    DEFAULT_FINITE_CHECK_EVERY,
+    FiniteLossGuard,
     apply_crop_layout,
     check_method_kwargs,
+    check_positive_int_kwarg,
     check_positive_kwargs,
 )
 
 
-class AttentionNCE(BaseMethod):
+class AttentionNCE(FiniteLossGuard, BaseMethod):
     """AttentionNCE (SimCLR form): 2 anchor crops and M positive crops per image, one network.
 
     Extra cfg settings:
@@ -28,6 +31,9 @@ class AttentionNCE(BaseMethod):
             temperature (float): tau > 0 (the paper uses 0.5).
             d_pos (float): positive-attention scale > 0 (default 1.0).
             d_neg (float): negative-attention scale > 0 (default 1.0).
+            finite_check_every (int): batches between host-side checks that the loss is finite
+                (default 50; also checked at each epoch's last batch). A non-finite loss stops
+                training with :class:`~attnce_plugin.methods.common.NonFiniteLossError`.
         augmentations: the first 2 crops are the anchors, all later crops the positives (see
             :mod:`attnce_plugin.methods.crops`).
 
@@ -36,7 +42,14 @@ class AttentionNCE(BaseMethod):
     """
 
     METHOD_NAME = "attentionnce"
-    ALLOWED_KWARGS = ("proj_hidden_dim", "proj_output_dim", "temperature", "d_pos", "d_neg")
+    ALLOWED_KWARGS = (
+        "proj_hidden_dim",
+        "proj_output_dim",
+        "temperature",
+        "d_pos",
+        "d_neg",
+        "finite_check_every",
+    )
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
@@ -44,6 +57,7 @@ class AttentionNCE(BaseMethod):
         self.temperature: float = float(cfg.method_kwargs.temperature)
         self.d_pos: float = float(cfg.method_kwargs.d_pos)
         self.d_neg: float = float(cfg.method_kwargs.d_neg)
+        self._init_finite_guard(cfg.method_kwargs.finite_check_every)
 
         proj_hidden_dim: int = cfg.method_kwargs.proj_hidden_dim
         proj_output_dim: int = cfg.method_kwargs.proj_output_dim
@@ -68,9 +82,14 @@ class AttentionNCE(BaseMethod):
             AttentionNCE.METHOD_NAME,
             AttentionNCE.ALLOWED_KWARGS,
             required=("proj_hidden_dim", "proj_output_dim", "temperature"),
-            defaults={"d_pos": 1.0, "d_neg": 1.0},
+            defaults={
+                "d_pos": 1.0,
+                "d_neg": 1.0,
+                "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
+            },
         )
         check_positive_kwargs(cfg, ("temperature", "d_pos", "d_neg"))
+        check_positive_int_kwarg(cfg, "finite_check_every")
         apply_crop_layout(cfg, require_positives=True)
         return cfg
 
@@ -132,6 +151,7 @@ class AttentionNCE(BaseMethod):
             d_neg=self.d_neg,
             return_attention=True,
         )
+        self._record_loss(nce_loss)
         # Same key as solo-learn's SimCLR, so both methods share dashboards.
         self.log("train_nce_loss", nce_loss, on_epoch=True, sync_dist=True)
         log_attention(self, attention_stats(weights))

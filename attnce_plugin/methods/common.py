@@ -10,6 +10,8 @@ logged).
 from __future__ import annotations
 
 import difflib
+import math
+from numbers import Real
 from typing import Any, Dict, Iterable, Mapping, Optional
 
 import omegaconf
@@ -21,7 +23,19 @@ from attnce_plugin.methods.crops import CropLayout, CropLayoutError, resolve_cro
 
 
 class MethodConfigError(ValueError):
-    """A method_kwargs entry is unknown, missing or out of range."""
+    """A method_kwargs (or momentum) entry is unknown, missing or out of range."""
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The self-supervised loss became NaN or infinite during training."""
+
+
+#: Default of ``method_kwargs.finite_check_every``: batches between two host-side checks of the
+#: loss guard (see :class:`FiniteLossGuard`); Lightning's default ``log_every_n_steps`` too.
+DEFAULT_FINITE_CHECK_EVERY = 50
+
+#: Keys solo-learn's ``BaseMomentumMethod`` reads under ``momentum:``.
+MOMENTUM_KEYS = ("base_tau", "final_tau", "classifier")
 
 
 def check_method_kwargs(
@@ -75,6 +89,185 @@ def check_positive_kwargs(cfg: omegaconf.DictConfig, keys: Iterable[str]) -> Non
             check_positive_finite(f"method_kwargs.{key}", cfg.method_kwargs[key])
         except ValueError as err:
             raise MethodConfigError(str(err)) from None
+
+
+def check_positive_int_kwarg(cfg: omegaconf.DictConfig, key: str) -> int:
+    """Require ``cfg.method_kwargs[key]`` to be an integer >= 1 and return it.
+
+    Raises:
+        MethodConfigError: naming ``method_kwargs.<key>`` and the allowed values.
+    """
+    value = cfg.method_kwargs[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MethodConfigError(
+            f"method_kwargs.{key} must be an integer >= 1, got {value!r} of type "
+            f"{type(value).__name__}"
+        )
+    return value
+
+
+def check_momentum_cfg(cfg: omegaconf.DictConfig, method: str) -> None:
+    """Refuse a MoCo-form config whose ``momentum:`` settings are absent, unknown or out of range.
+
+    solo-learn's ``BaseMomentumMethod`` silently fills ``base_tau = 0.99`` and ``final_tau = 1.0``
+    when they are missing and ignores unknown keys, and its ``MomentumUpdater`` only has bare
+    ``assert``s. A MoCo run without momentum settings is almost always a config that lost its
+    ``momentum:`` block (or misspelled it), so it is refused here; must run before solo-learn's
+    ``add_and_assert_specific_cfg`` fills the defaults.
+
+    Allowed: ``momentum.base_tau`` and ``momentum.final_tau`` numbers with
+    ``0 <= base_tau <= final_tau <= 1`` (both required); ``momentum.classifier`` a bool (optional).
+
+    Raises:
+        MethodConfigError: naming the ``momentum.<key>`` and the allowed values.
+    """
+    allowed = (
+        "momentum.base_tau and momentum.final_tau, numbers with 0 <= base_tau <= final_tau <= 1 "
+        "(MoCo v3 uses base_tau: 0.99, final_tau: 1.0)"
+    )
+    momentum = cfg.get("momentum") if "momentum" in cfg else None
+    if momentum is None or not isinstance(momentum, (Mapping, omegaconf.DictConfig)):
+        raise MethodConfigError(
+            f"method '{method}' needs momentum settings, got momentum={momentum!r}; set {allowed}"
+        )
+    for key in list(momentum.keys()):
+        if key not in MOMENTUM_KEYS:
+            close = difflib.get_close_matches(str(key), MOMENTUM_KEYS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise MethodConfigError(
+                f"momentum.{key} is not a momentum setting{hint}; allowed keys: "
+                f"{', '.join(MOMENTUM_KEYS)}"
+            )
+    values = {}
+    for key in ("base_tau", "final_tau"):
+        if key not in momentum or OmegaConf.is_missing(momentum, key) or momentum[key] is None:
+            raise MethodConfigError(f"momentum.{key} is required by method '{method}'; set {allowed}")
+        value = momentum[key]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, Real)
+            or not math.isfinite(float(value))
+            or not 0.0 <= float(value) <= 1.0
+        ):
+            raise MethodConfigError(
+                f"momentum.{key} must be a number in [0, 1], got {value!r} of type "
+                f"{type(value).__name__}; set {allowed}"
+            )
+        values[key] = float(value)
+    if values["base_tau"] > values["final_tau"]:
+        raise MethodConfigError(
+            f"momentum.base_tau ({values['base_tau']}) must be <= momentum.final_tau "
+            f"({values['final_tau']}): the momentum rises from base_tau to final_tau; set {allowed}"
+        )
+    if "classifier" in momentum and momentum.classifier is not None:
+        if not isinstance(momentum.classifier, bool):
+            raise MethodConfigError(
+                f"momentum.classifier must be True or False, got {momentum.classifier!r}"
+            )
+
+
+class FiniteLossGuard:
+    """Mixin for the plugin's solo-learn methods: stop training when the loss is NaN or inf.
+
+    Why not a plain ``if not torch.isfinite(loss)`` each step: on a GPU that ``bool()`` waits for
+    the whole step to finish, so Lightning's per-step host work could no longer overlap the GPU.
+    Instead each step records, with tensor ops on the loss's device and no host sync, the FIRST
+    step whose loss was non-finite and that loss value; the host reads that record every
+    ``method_kwargs.finite_check_every`` batches and at the last batch of every epoch, i.e.
+    before solo-learn's ``Checkpointer`` (an ``on_train_epoch_end`` callback) can save a NaN model
+    over the last good checkpoint. Under DDP the flag is all-reduced (max) at the check, so every
+    process raises at the same batch and none is left waiting in a collective.
+
+    Use: call :meth:`_init_finite_guard` in ``__init__`` and :meth:`_record_loss` in
+    ``training_step``; list this class before the solo-learn base class, so that its
+    ``on_train_batch_end`` runs and then chains to the base's (MoCo's momentum update).
+    """
+
+    METHOD_NAME: str
+    cfg: omegaconf.DictConfig
+
+    def _init_finite_guard(self, check_every: int) -> None:
+        """Set the check interval (batches >= 1); state is created lazily on the loss's device."""
+        self.finite_check_every: int = int(check_every)
+        # Plain attributes, not buffers: DDP broadcasts buffers from rank 0 at every forward,
+        # which would erase another rank's record.
+        self._nonfinite_step: Optional[torch.Tensor] = None  # [] int64, -1 = none yet
+        self._nonfinite_loss: Optional[torch.Tensor] = None  # [] float32
+        self._batches_since_check: int = 0
+
+    def _guard_state(self, device: torch.device) -> None:
+        if self._nonfinite_step is None or self._nonfinite_step.device != device:
+            self._nonfinite_step = torch.full((), -1, dtype=torch.long, device=device)
+            self._nonfinite_loss = torch.zeros((), dtype=torch.float32, device=device)
+
+    def _current_step(self) -> int:
+        trainer = getattr(self, "_trainer", None)
+        return int(trainer.global_step) if trainer is not None else 0
+
+    @torch.no_grad()
+    def _record_loss(self, loss: torch.Tensor) -> None:
+        """Remember the first non-finite value of the scalar ``loss`` [] without a host sync."""
+        value = loss.detach().float().reshape(())
+        self._guard_state(value.device)
+        first = ~torch.isfinite(value) & (self._nonfinite_step < 0)
+        step = torch.full_like(self._nonfinite_step, self._current_step())
+        self._nonfinite_step = torch.where(first, step, self._nonfinite_step)
+        self._nonfinite_loss = torch.where(first, value, self._nonfinite_loss)
+
+    def _guard_settings(self) -> str:
+        cfg = self.cfg
+        keys = ("temperature", "d_pos", "d_neg", "loss")
+        kwargs = ", ".join(
+            f"{k}={cfg.method_kwargs[k]}" for k in keys if k in cfg.method_kwargs
+        )
+        opt = OmegaConf.select(cfg, "optimizer", default={}) or {}
+        return (
+            f"method={self.METHOD_NAME}, method_kwargs: {kwargs}; optimizer={opt.get('name')}, "
+            f"lr={opt.get('lr')}, batch_size={opt.get('batch_size')}, "
+            f"precision={OmegaConf.select(cfg, 'precision', default=None)}"
+        )
+
+    def check_finite_loss(self, batch_idx: Optional[int] = None) -> None:
+        """Raise :class:`NonFiniteLossError` if any process recorded a non-finite loss (syncs).
+
+        Args:
+            batch_idx: the batch just trained, shown in the message.
+
+        Must be called by every process at the same batch under DDP (it all-reduces).
+        """
+        device = self._nonfinite_step.device if self._nonfinite_step is not None else self.device
+        self._guard_state(device)
+        flag = (self._nonfinite_step >= 0).to(torch.float32)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        if flag.item() == 0:
+            return
+        local_step = int(self._nonfinite_step.item())
+        where = (
+            f"first at global step {local_step} (loss = {self._nonfinite_loss.item()})"
+            if local_step >= 0
+            else "on another process (its message names the step)"
+        )
+        at = f"batch {batch_idx} of epoch {getattr(self, 'current_epoch', '?')}"
+        raise NonFiniteLossError(
+            f"the {self.METHOD_NAME} self-supervised loss became NaN/inf, {where}; detected after "
+            f"{at} (the guard checks every method_kwargs.finite_check_every="
+            f"{self.finite_check_every} batches and at each epoch's last batch). Training stopped "
+            f"before a NaN model could be checkpointed. Settings: {self._guard_settings()}. Usual "
+            "causes: a learning rate too high for the batch size, fp16 overflow (try "
+            "precision=bf16-mixed or 32), or a corrupt input batch"
+        )
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Chain to the base class (momentum update for MoCo), then run the periodic check."""
+        super().on_train_batch_end(outputs, batch, batch_idx)  # type: ignore[misc]
+        self._batches_since_check += 1
+        trainer = getattr(self, "_trainer", None)
+        num_batches = getattr(trainer, "num_training_batches", math.inf) if trainer else math.inf
+        last_of_epoch = math.isfinite(num_batches) and batch_idx + 1 >= num_batches
+        if self._batches_since_check >= self.finite_check_every or last_of_epoch:
+            self._batches_since_check = 0
+            self.check_finite_loss(batch_idx)
 
 
 def apply_crop_layout(cfg: omegaconf.DictConfig, *, require_positives: bool = True) -> CropLayout:

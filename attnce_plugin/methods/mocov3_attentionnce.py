@@ -15,9 +15,13 @@ from attnce_plugin.attention import attention_stats
 from attnce_plugin.losses import attentionnce_mocov3_loss_func
 from attnce_plugin.methods.attentionnce import log_attention
 from attnce_plugin.methods.common import (
+    DEFAULT_FINITE_CHECK_EVERY,
+    FiniteLossGuard,
     MethodConfigError,
     apply_crop_layout,
     check_method_kwargs,
+    check_momentum_cfg,
+    check_positive_int_kwarg,
     check_positive_kwargs,
     mean_stats,
 )
@@ -43,7 +47,7 @@ def _mocov3_backbone(factory: Callable[..., torch.nn.Module]) -> Callable[..., t
     return build
 
 
-class MoCoV3AttentionNCE(MoCoV3):
+class MoCoV3AttentionNCE(FiniteLossGuard, MoCoV3):
     """MoCo v3 whose loss is chosen by ``method_kwargs.loss``.
 
     Extra cfg settings (on top of MoCo v3's proj_hidden_dim, proj_output_dim, pred_hidden_dim,
@@ -52,6 +56,12 @@ class MoCoV3AttentionNCE(MoCoV3):
             loss (str): ``attentionnce`` (default) or ``mocov3``.
             d_pos (float): positive-attention scale > 0 (default 1.0).
             d_neg (float): negative-attention scale > 0 (default 1.0).
+            finite_check_every (int): batches between host-side checks that the loss is finite
+                (default 50; also at each epoch's last batch); see
+                :class:`~attnce_plugin.methods.common.FiniteLossGuard`.
+        momentum:
+            base_tau, final_tau (float): required, 0 <= base_tau <= final_tau <= 1 (solo-learn
+                would silently default them).
 
     With ``loss: mocov3`` this is solo-learn's MoCo v3 step for step; positive crops, if the
     augmentations have any, are dropped before any forward pass. With ``loss: attentionnce`` the
@@ -70,6 +80,7 @@ class MoCoV3AttentionNCE(MoCoV3):
         "loss",
         "d_pos",
         "d_neg",
+        "finite_check_every",
     )
     # Build every backbone as solo-learn builds it for method "mocov3" (the MoCo v3 ViT).
     _BACKBONES = {name: _mocov3_backbone(f) for name, f in BaseMethod._BACKBONES.items()}
@@ -79,6 +90,7 @@ class MoCoV3AttentionNCE(MoCoV3):
         self.loss_name: str = cfg.method_kwargs.loss
         self.d_pos: float = float(cfg.method_kwargs.d_pos)
         self.d_neg: float = float(cfg.method_kwargs.d_neg)
+        self._init_finite_guard(cfg.method_kwargs.finite_check_every)
 
         # The positive crops never go through the online network: MoCo's positives are momentum
         # keys. Hiding them from BaseMethod.training_step saves their online forward pass (and
@@ -99,18 +111,26 @@ class MoCoV3AttentionNCE(MoCoV3):
         """Fill defaults and refuse bad method_kwargs or crop layouts (see the class docstring).
 
         Raises:
-            MethodConfigError: unknown/missing/out-of-range ``method_kwargs`` or unknown ``loss``.
+            MethodConfigError: unknown/missing/out-of-range ``method_kwargs``, unknown ``loss``,
+                or ``momentum`` settings missing, unknown or outside 0 <= base <= final <= 1.
             CropLayoutError: the augmentations are not 2 anchors followed by positives
                 (positives are optional with ``loss: mocov3``).
         """
-        cfg = super(MoCoV3AttentionNCE, MoCoV3AttentionNCE).add_and_assert_specific_cfg(cfg)
         name = MoCoV3AttentionNCE.METHOD_NAME
+        # Before solo-learn's BaseMomentumMethod fills momentum defaults over a missing block.
+        check_momentum_cfg(cfg, name)
+        cfg = super(MoCoV3AttentionNCE, MoCoV3AttentionNCE).add_and_assert_specific_cfg(cfg)
         check_method_kwargs(
             cfg,
             name,
             MoCoV3AttentionNCE.ALLOWED_KWARGS,
             required=("proj_hidden_dim", "proj_output_dim", "pred_hidden_dim", "temperature"),
-            defaults={"loss": "attentionnce", "d_pos": 1.0, "d_neg": 1.0},
+            defaults={
+                "loss": "attentionnce",
+                "d_pos": 1.0,
+                "d_neg": 1.0,
+                "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
+            },
         )
         if cfg.method_kwargs.loss not in LOSSES:
             raise MethodConfigError(
@@ -118,6 +138,7 @@ class MoCoV3AttentionNCE(MoCoV3):
                 f"got {cfg.method_kwargs.loss!r}"
             )
         check_positive_kwargs(cfg, ("temperature", "d_pos", "d_neg"))
+        check_positive_int_kwarg(cfg, "finite_check_every")
         apply_crop_layout(cfg, require_positives=cfg.method_kwargs.loss == "attentionnce")
         return cfg
 
@@ -135,7 +156,10 @@ class MoCoV3AttentionNCE(MoCoV3):
         crops = [crops] if isinstance(crops, torch.Tensor) else list(crops)
         anchors_batch = [indexes, crops[: self.num_large_crops], targets]
         if self.loss_name == "mocov3":
-            return super().training_step(anchors_batch, batch_idx)
+            total = super().training_step(anchors_batch, batch_idx)
+            # MoCo v3's contrastive loss is not returned apart; a NaN in it makes the total NaN.
+            self._record_loss(total)
+            return total
 
         # Skip MoCoV3.training_step (its loss) but keep everything its parents do.
         out = BaseMomentumMethod.training_step(self, anchors_batch, batch_idx)
@@ -154,6 +178,7 @@ class MoCoV3AttentionNCE(MoCoV3):
             return_attention=True,
         )
         contrastive_loss = loss_a + loss_b
+        self._record_loss(contrastive_loss)
         # Same key as solo-learn's MoCo v3, so both losses share dashboards.
         self.log("train_contrastive_loss", contrastive_loss, on_epoch=True, sync_dist=True)
         log_attention(self, mean_stats([attention_stats(weights_a), attention_stats(weights_b)]))
