@@ -1,0 +1,252 @@
+"""Tables (markdown + CSV) and a chart from the benchmark's run results.
+
+Per-run rows go to ``runs.csv``; rows aggregated over seeds (mean +- sample std, ddof = 1) go to
+``summary.csv`` and ``results.md``; ``results.png`` charts the accuracies with std error bars next
+to time per epoch and peak memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+#: Accuracy metrics: (RunResult attribute, column title).
+METRICS: Tuple[Tuple[str, str], ...] = (
+    ("knn_acc1", "online kNN top-1 %"),
+    ("linear_acc1", "online linear top-1 %"),
+    ("offline_acc1", "offline linear top-1 %"),
+)
+
+COMPARISONS = ("equal-epoch", "equal-time", "ablation", "reference")
+
+
+@dataclass
+class Row:
+    """One table row: one label of one comparison, aggregated over its seeds."""
+
+    comparison: str
+    label: str
+    method: str
+    num_positives: int
+    seeds: List[int]
+    epochs: List[int]
+    failed_seeds: List[int] = field(default_factory=list)
+    stats: Dict[str, Tuple[Optional[float], Optional[float]]] = field(default_factory=dict)
+    seconds_per_epoch: Optional[float] = None
+    train_seconds: Optional[float] = None
+    peak_mem_mib: Optional[float] = None
+    matched_to: Optional[str] = None
+
+
+def mean_std(values: Sequence[Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
+    """Mean and sample std (ddof 1) of the non-missing values; std is None for fewer than 2."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return None, None
+    mean = statistics.fmean(vals)
+    return mean, (statistics.stdev(vals) if len(vals) > 1 else None)
+
+
+def _get(result: Any, name: str) -> Any:
+    if isinstance(result, dict):
+        return result.get(name)
+    value = getattr(result, name, None)
+    return value
+
+
+def aggregate(results: Iterable[Any]) -> List[Row]:
+    """Group run results (RunResult objects or dicts) by (comparison, label), keeping first-seen
+    order, and compute the per-row statistics over the successful seeds."""
+    groups: Dict[Tuple[str, str], List[Any]] = {}
+    for r in results:
+        groups.setdefault((_get(r, "comparison"), _get(r, "label")), []).append(r)
+    rows = []
+    for (comparison, label), runs in groups.items():
+        ok = [r for r in runs if _get(r, "status") == "ok"]
+        first = runs[0]
+        row = Row(
+            comparison=comparison, label=label, method=_get(first, "method"),
+            num_positives=int(_get(first, "num_positives") or 0),
+            seeds=[int(_get(r, "seed")) for r in ok],
+            epochs=sorted({int(_get(r, "epochs")) for r in ok}),
+            failed_seeds=[int(_get(r, "seed")) for r in runs if _get(r, "status") != "ok"],
+            matched_to=_get(first, "matched_to"),
+        )
+        for attr, _ in METRICS:
+            row.stats[attr] = mean_std([_get(r, attr) for r in ok])
+        row.seconds_per_epoch = mean_std([_get(r, "seconds_per_epoch") for r in ok])[0]
+        row.train_seconds = mean_std([_get(r, "train_seconds") for r in ok])[0]
+        mems = [_mem(r) for r in ok]
+        mems = [m for m in mems if m is not None]
+        row.peak_mem_mib = max(mems) if mems else None
+        rows.append(row)
+    return rows
+
+
+def _mem(result: Any) -> Optional[float]:
+    pss = _get(result, "peak_pss_mib")
+    return pss if pss is not None else _get(result, "peak_rss_mib")
+
+
+def fmt_mean_std(pair: Tuple[Optional[float], Optional[float]], digits: int = 1) -> str:
+    mean, std = pair
+    if mean is None:
+        return "n/a"
+    if std is None:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _fmt(value: Optional[float], digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _epochs(row: Row) -> str:
+    return "/".join(str(e) for e in row.epochs) if row.epochs else "n/a"
+
+
+def _seeds(row: Row) -> str:
+    text = str(len(row.seeds))
+    if row.failed_seeds:
+        text += f" ({len(row.failed_seeds)} failed)"
+    return text
+
+
+def markdown_table(rows: Sequence[Row], extra_first: Optional[Tuple[str, Dict[str, str]]] = None) -> str:
+    """A markdown table of rows: accuracies as mean ± std over seeds, time, memory."""
+    head = ["method", "epochs", "seeds"] + [title for _, title in METRICS] + [
+        "s / epoch", "train s", "peak mem MiB"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row.label, _epochs(row), _seeds(row)]
+        cells += [fmt_mean_std(row.stats.get(attr, (None, None))) for attr, _ in METRICS]
+        cells += [_fmt(row.seconds_per_epoch), _fmt(row.train_seconds, 0), _fmt(row.peak_mem_mib, 0)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _section_rows(rows: Sequence[Row], comparison: str) -> List[Row]:
+    return [r for r in rows if r.comparison == comparison]
+
+
+def equal_time_rows(rows: Sequence[Row]) -> List[Row]:
+    """Each time-matched baseline followed by the AttentionNCE row whose time it matched."""
+    by_label = {r.label: r for r in rows if r.comparison == "equal-epoch"}
+    out: List[Row] = []
+    for r in _section_rows(rows, "equal-time"):
+        target = by_label.get(r.matched_to or "")
+        out.append(r)
+        if target is not None and target not in out:
+            out.append(target)
+    return out
+
+
+def ablation_rows(rows: Sequence[Row], base_label: Optional[str]) -> List[Row]:
+    out = [r for r in rows if r.comparison == "equal-epoch" and r.label == base_label]
+    return out + _section_rows(rows, "ablation")
+
+
+def render_markdown(rows: Sequence[Row], header: str, notes: Sequence[str] = (),
+                    ablation_base: Optional[str] = None) -> str:
+    """The whole results.md: header, one table per comparison present, notes."""
+    parts = [header.rstrip(), ""]
+    eq = _section_rows(rows, "equal-epoch") + _section_rows(rows, "reference")
+    if eq:
+        parts += ["## Equal epochs", "", "Every method for the same number of epochs, batch size "
+                  "and seeds" + (" (the last row: the untrained backbone, for scale)" if
+                  _section_rows(rows, "reference") else "") + ".", "", markdown_table(eq), ""]
+    et = equal_time_rows(rows)
+    if et:
+        parts += ["## Equal wall-clock", "", "Each baseline retrained for as many epochs as fit in "
+                  "the training time of the AttentionNCE variant listed under it (timed on the "
+                  "first seed's equal-epoch runs).", "", markdown_table(et), ""]
+    ab = ablation_rows(rows, ablation_base)
+    if _section_rows(rows, "ablation"):
+        parts += ["## Ablation", "", "One setting varied at a time around the base (first row).",
+                  "", markdown_table(ab), ""]
+    if notes:
+        parts += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(parts)
+
+
+def write_csvs(results: Sequence[Any], rows: Sequence[Row], out_dir: Path) -> Tuple[Path, Path]:
+    """``runs.csv`` (one line per run) and ``summary.csv`` (one line per row)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs_path, summary_path = out_dir / "runs.csv", out_dir / "summary.csv"
+    run_fields = ["comparison", "label", "method", "num_positives", "seed", "epochs", "status",
+                  "epochs_done", "knn_acc1", "linear_acc1", "offline_acc1", "offline_l2",
+                  "seconds_per_epoch", "train_seconds", "wall_seconds", "probe_seconds",
+                  "peak_rss_mib", "peak_pss_mib", "matched_to", "run_dir", "error"]
+    with runs_path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=run_fields, extrasaction="ignore")
+        w.writeheader()
+        for r in results:
+            d = r if isinstance(r, dict) else asdict(r)
+            w.writerow({k: d.get(k) for k in run_fields})
+    with summary_path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        head = ["comparison", "label", "method", "num_positives", "epochs", "seeds", "failed_seeds"]
+        for attr, _ in METRICS:
+            head += [f"{attr}_mean", f"{attr}_std"]
+        head += ["seconds_per_epoch", "train_seconds", "peak_mem_mib", "matched_to"]
+        w.writerow(head)
+        for row in rows:
+            line: List[Any] = [row.comparison, row.label, row.method, row.num_positives,
+                               _epochs(row), " ".join(map(str, row.seeds)),
+                               " ".join(map(str, row.failed_seeds))]
+            for attr, _ in METRICS:
+                mean, std = row.stats.get(attr, (None, None))
+                line += [_num(mean), _num(std)]
+            line += [_num(row.seconds_per_epoch), _num(row.train_seconds), _num(row.peak_mem_mib),
+                     row.matched_to or ""]
+            w.writerow(line)
+    return runs_path, summary_path
+
+
+def _num(value: Optional[float]) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def plot(rows: Sequence[Row], path: Path, title: str) -> Optional[Path]:
+    """A PNG: grouped accuracy bars (mean, std error bars) per row, then s/epoch and memory.
+
+    Returns None (and draws nothing) when there is no row with a result.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers / CI
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in rows if r.seeds]
+    if not shown:
+        return None
+    labels = [f"{r.label}\n[{r.comparison}, {_epochs(r)} ep]" for r in shown]
+    y = list(range(len(shown)))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 1.0 + 0.55 * len(shown) * 1.6),
+                             gridspec_kw={"width_ratios": [3, 1, 1]}, sharey=True)
+    height = 0.8 / len(METRICS)
+    for k, (attr, title_) in enumerate(METRICS):
+        means = [r.stats[attr][0] or 0.0 for r in shown]
+        errs = [r.stats[attr][1] or 0.0 for r in shown]
+        offs = [v - 0.4 + height * (k + 0.5) for v in y]
+        axes[0].barh(offs, means, height=height, xerr=errs, capsize=2, label=title_)
+    axes[0].set_yticks(y)
+    axes[0].set_yticklabels(labels, fontsize=8)
+    axes[0].invert_yaxis()
+    axes[0].set_xlabel("top-1 accuracy % (mean ± std over seeds)")
+    axes[0].legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(METRICS),
+                   frameon=False)
+    axes[1].barh(y, [r.seconds_per_epoch or 0.0 for r in shown], color="gray")
+    axes[1].set_xlabel("training s / epoch")
+    axes[2].barh(y, [r.peak_mem_mib or 0.0 for r in shown], color="gray")
+    axes[2].set_xlabel("peak memory MiB")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
