@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from typing import Any, Callable, Dict, List, MutableMapping, Optional
+from typing import Any, Callable, Dict, List, MutableMapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -134,6 +134,30 @@ def _original(fn: Callable) -> Callable:
     return getattr(fn, _ORIGINAL_ATTR, fn)
 
 
+def _repoint_script_global(
+    name: str,
+    wrappers: Sequence[Callable],
+    namespace: Optional[MutableMapping[str, Any]] = None,
+) -> None:
+    """Point a script's global ``name`` at the wrapper of the function it imported by name.
+
+    solo-learn's scripts do ``from solo.<module> import <name>``, so patching the module attribute
+    does not reach them; their own global (in ``namespace`` and in ``__main__``) is replaced when it
+    is the original that one of ``wrappers`` wraps. Already-wrapped globals are left alone.
+    """
+    namespaces: List[MutableMapping[str, Any]] = [] if namespace is None else [namespace]
+    main = sys.modules.get("__main__")
+    if main is not None:
+        namespaces.append(vars(main))
+    by_original = {id(_original(w)): w for w in wrappers}
+    for ns in namespaces:
+        found = ns.get(name)
+        if found is None or getattr(found, _ORIGINAL_ATTR, None) is not None:
+            continue
+        if id(found) in by_original:
+            ns[name] = by_original[id(found)]
+
+
 def install_parse_cfg_hooks(namespace: Optional[MutableMapping[str, Any]] = None) -> None:
     """Wrap solo-learn's ``parse_cfg`` functions where the scripts will look them up; idempotent.
 
@@ -148,25 +172,9 @@ def install_parse_cfg_hooks(namespace: Optional[MutableMapping[str, Any]] = None
     import solo.args.linear as linear_args
     import solo.args.pretrain as pretrain_args
 
-    pretrain_original = _original(pretrain_args.parse_cfg)
-    linear_original = _original(linear_args.parse_cfg)
     pretrain_args.parse_cfg = wrap_pretrain_parse_cfg(pretrain_args.parse_cfg)
     linear_args.parse_cfg = wrap_linear_parse_cfg(linear_args.parse_cfg)
-
-    namespaces = []
-    if namespace is not None:
-        namespaces.append(namespace)
-    main = sys.modules.get("__main__")
-    if main is not None:
-        namespaces.append(vars(main))
-    for ns in namespaces:
-        found = ns.get("parse_cfg")
-        if found is None or getattr(found, _ORIGINAL_ATTR, None) is not None:
-            continue
-        if found is pretrain_original:
-            ns["parse_cfg"] = pretrain_args.parse_cfg
-        elif found is linear_original:
-            ns["parse_cfg"] = linear_args.parse_cfg
+    _repoint_script_global("parse_cfg", (pretrain_args.parse_cfg, linear_args.parse_cfg), namespace)
 
 
 class UnreadableImageError(OSError):
@@ -247,20 +255,8 @@ def install_dataset_hooks(namespace: Optional[MutableMapping[str, Any]] = None) 
 
     pre_data.prepare_datasets = _wrap_prepare_datasets(pre_data.prepare_datasets)
     cls_data.prepare_datasets = _wrap_prepare_datasets(cls_data.prepare_datasets)
-    namespaces: List[MutableMapping[str, Any]] = []
-    if namespace is not None:
-        namespaces.append(namespace)
-    main = sys.modules.get("__main__")
-    if main is not None:
-        namespaces.append(vars(main))
-    for ns in namespaces:
-        found = ns.get("prepare_datasets")
-        if found is None or getattr(found, _ORIGINAL_ATTR, None) is not None:
-            continue
-        if found is _original(pre_data.prepare_datasets):
-            ns["prepare_datasets"] = pre_data.prepare_datasets
-        elif found is _original(cls_data.prepare_datasets):
-            ns["prepare_datasets"] = cls_data.prepare_datasets
+    wrappers = (pre_data.prepare_datasets, cls_data.prepare_datasets)
+    _repoint_script_global("prepare_datasets", wrappers, namespace)
 
 
 class SoloLearnCallback(_HydraCallback):
