@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--m-grid", type=_int_list, default=[1, 2, 4])
     g.add_argument("--dpos-grid", type=_float_list, default=[0.5, 1.0, 2.0, 4.0])
     g.add_argument("--dneg-grid", type=_float_list, default=[0.5, 1.0, 10.0])
+    g.add_argument("--anchor-grid", type=_str_list, default=[],
+                   help="with --ablation: anchor modes to add, e.g. 'mean' (AttentionNCE*)")
 
     g = p.add_argument_group("data and hardware")
     g.add_argument("--dataset", default="fashion_mnist", choices=list(DATASETS))
@@ -307,7 +309,8 @@ def _run(args: argparse.Namespace, passthrough: List[str], argv: Sequence[str]) 
         methods=args.methods, seeds=seeds, epochs=epochs, num_positives=args.num_positives,
         extra_m=args.extra_m, time_matched=not args.no_time_matched, ablation=args.ablation,
         ablation_method=args.ablation_method, m_grid=args.m_grid, dpos_grid=args.dpos_grid,
-        dneg_grid=args.dneg_grid, base_d_pos=float(abl_cfg.method_kwargs.d_pos),
+        dneg_grid=args.dneg_grid, anchor_grid=args.anchor_grid,
+        base_d_pos=float(abl_cfg.method_kwargs.d_pos),
         base_d_neg=float(abl_cfg.method_kwargs.d_neg),
     )
     specs = build_plan(opts)
@@ -426,6 +429,8 @@ def _offline_probe(result: RunResult, cfg: Any, run_dir: Optional[Path], train_p
         return
     result.offline_acc1 = probe.acc1
     result.offline_l2 = probe.l2
+    result.offline_uniformity = probe.uniformity
+    result.offline_eff_rank = probe.eff_rank
     result.probe_seconds = probe.seconds
 
 

@@ -12,7 +12,9 @@ Comparisons:
   equal-epoch runs. AttentionNCE sees 2 + M views per image, the baselines 2; this is the
   comparison the paper's reviewers asked for.
 * ``ablation`` (``--ablation``): AttentionNCE with M in a grid, and d_pos / d_neg grids, varied
-  one at a time around the base setting.
+  one at a time around the base setting; with ``anchor_grid`` (e.g. ``("mean",)``) also the
+  anchor-mean variant ("AttentionNCE*", ``method_kwargs.anchor: mean``) at the base setting (SimCLR
+  form only: the MoCo form has no ``anchor`` setting).
 """
 
 from __future__ import annotations
@@ -121,9 +123,16 @@ def _fmt(value: float) -> str:
     return f"{value:g}"
 
 
+#: Values of ``method_kwargs.anchor`` (methods/attentionnce.py's ANCHOR_MODES; not imported, so
+#: that planning needs no solo-learn).
+ANCHOR_MODES: Tuple[str, ...] = ("views", "mean")
+
+
 def attention_label(method: str, m: int, d_pos: Optional[float] = None,
-                    d_neg: Optional[float] = None) -> str:
+                    d_neg: Optional[float] = None, anchor: Optional[str] = None) -> str:
     parts = [f"M={m}"]
+    if anchor is not None:
+        parts.append(f"anchor={anchor}")
     if d_pos is not None:
         parts.append(f"d_pos={_fmt(d_pos)}")
     if d_neg is not None:
@@ -148,6 +157,8 @@ class PlanOptions:
     dneg_grid: Sequence[float] = (0.5, 1.0, 10.0)
     base_d_pos: float = 1.0
     base_d_neg: float = 10.0
+    #: ``method_kwargs.anchor`` values to add to the ablation ("views" is the base, not repeated).
+    anchor_grid: Sequence[str] = ()
     # Filled by the caller for labels: the d values the method configs use.
     extra: Dict[str, object] = field(default_factory=dict)
 
@@ -175,6 +186,14 @@ def build_plan(opts: PlanOptions) -> List[RunSpec]:
         raise ValueError(f"--epochs={opts.epochs}: must be >= 1")
     if opts.num_positives < 1:
         raise ValueError(f"--num-positives={opts.num_positives}: must be >= 1")
+    bad_anchor = [a for a in opts.anchor_grid if a not in ANCHOR_MODES]
+    if bad_anchor:
+        raise ValueError(f"--anchor-grid: unknown {bad_anchor}; allowed values are {list(ANCHOR_MODES)}")
+    if opts.ablation and opts.anchor_grid and opts.ablation_method != "attentionnce":
+        raise ValueError(
+            f"--anchor-grid needs --ablation-method=attentionnce (method_kwargs.anchor is a setting "
+            f"of the SimCLR form only), got --ablation-method={opts.ablation_method!r}"
+        )
 
     runs: List[RunSpec] = []
     for seed in opts.seeds:
@@ -227,6 +246,14 @@ def _ablation_runs(opts: PlanOptions, seed: int) -> List[RunSpec]:
         add(opts.num_positives, float(d_pos), opts.base_d_neg)
     for d_neg in opts.dneg_grid:
         add(opts.num_positives, opts.base_d_pos, float(d_neg))
+    for anchor in dict.fromkeys(opts.anchor_grid):
+        if anchor == "views":
+            continue  # the base setting (the equal-epoch run or the grids above)
+        out.append(RunSpec(
+            attention_label(method, opts.num_positives, opts.base_d_pos, opts.base_d_neg, anchor),
+            method, "ablation", seed, opts.epochs, opts.num_positives,
+            (("method_kwargs.d_pos", float(opts.base_d_pos)),
+             ("method_kwargs.d_neg", float(opts.base_d_neg)), ("method_kwargs.anchor", anchor))))
     return out
 
 

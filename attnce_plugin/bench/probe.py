@@ -12,7 +12,11 @@ frozen features" protocol:
 3. standardise with train statistics and fit a softmax classifier with L-BFGS, choosing the
    L2 strength from a small grid on a stratified 20 % hold-out of the train features, then
    refitting on all of them;
-4. report top-1 accuracy on the val images.
+4. report top-1 accuracy on the val images;
+5. representation health of the val features (:func:`offline_health`): uniformity (Wang & Isola,
+   2020) and effective rank of the covariance (Roy & Vetterli, 2007) of the backbone features, on
+   a seeded random subset of at most 2048 val images. Computed for every method alike (SimCLR and
+   MoCo v3 too), on the same frozen features the probe reads.
 """
 
 from __future__ import annotations
@@ -22,12 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+from attnce_plugin.representation import effective_rank, uniformity
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 #: L2 strengths tried on the hold-out split (per-sample loss, so comparable across sizes).
 DEFAULT_L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)
+
+#: Val images the health metrics use at most (uniformity is O(n^2): 2048 images = 2.1M pairs).
+HEALTH_MAX_SAMPLES = 2048
 
 
 @dataclass
@@ -39,6 +48,9 @@ class ProbeResult:
     num_train: int
     num_val: int
     seconds: float
+    #: Health of the val backbone features (see :func:`offline_health`); None if not computed.
+    uniformity: Optional[float] = None
+    eff_rank: Optional[float] = None
 
 
 def build_backbone(cfg: Any) -> nn.Module:
@@ -207,6 +219,32 @@ def probe_features(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Te
     return _accuracy(clf, vx, val_y), best_l2
 
 
+def offline_health(features: torch.Tensor, max_samples: int = HEALTH_MAX_SAMPLES,
+                   seed: int = 0) -> Dict[str, float]:
+    """Uniformity (t = 2, on L2-normalised features) and effective rank of frozen features.
+
+    Args:
+        features: [N, D] backbone features, N >= 2.
+        max_samples: at most this many rows are used (>= 2): all of them when N <= max_samples,
+            else the first ``max_samples`` of ``torch.randperm(N)`` under ``seed``. Random, not the
+            first rows, because image folders are read sorted by class.
+        seed: seed of that subset.
+
+    Returns:
+        ``{"uniformity": float, "eff_rank": float}``.
+
+    Raises:
+        ValueError: ``max_samples`` < 2 or fewer than 2 rows.
+    """
+    if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 2:
+        raise ValueError(f"max_samples must be an integer >= 2, got {max_samples!r}")
+    x = features
+    if x.shape[0] > max_samples:
+        keep = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed))[:max_samples]
+        x = x[keep]
+    return {"uniformity": float(uniformity(x)), "eff_rank": float(effective_rank(x))}
+
+
 def linear_probe(ckpt_path: Optional[Path], cfg: Any, train_dir: Path, val_dir: Path, image_size: int,
                  mean: Sequence[float], std: Sequence[float], batch_size: int = 256,
                  num_workers: int = 0, device: Optional[str] = None,
@@ -232,8 +270,9 @@ def linear_probe(ckpt_path: Optional[Path], cfg: Any, train_dir: Path, val_dir: 
     va_x, va_y = extract_features(backbone, _loader(dataset, val_dir, False, image_size, mean, std,
                                                     batch_size, num_workers), dev)
     acc, l2 = probe_features(tr_x, tr_y, va_x, va_y, l2_grid)
+    health = offline_health(va_x)
     return ProbeResult(acc1=acc, l2=l2, num_train=int(tr_y.numel()), num_val=int(va_y.numel()),
-                       seconds=time.perf_counter() - start)
+                       seconds=time.perf_counter() - start, **health)
 
 
 def probe_settings(cfg: Dict[str, Any]) -> Dict[str, Any]:

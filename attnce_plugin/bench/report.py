@@ -21,6 +21,13 @@ METRICS: Tuple[Tuple[str, str], ...] = (
     ("offline_acc1", "offline linear top-1 %"),
 )
 
+#: Representation health of the frozen val features (probe.offline_health): (attribute, title,
+#: digits). Shown in their own table, which only appears when some run has them.
+HEALTH: Tuple[Tuple[str, str, int], ...] = (
+    ("offline_uniformity", "uniformity (lower = more spread)", 2),
+    ("offline_eff_rank", "effective rank", 1),
+)
+
 COMPARISONS = ("equal-epoch", "equal-time", "ablation", "reference")
 
 
@@ -78,6 +85,8 @@ def aggregate(results: Iterable[Any]) -> List[Row]:
         )
         for attr, _ in METRICS:
             row.stats[attr] = mean_std([_get(r, attr) for r in ok])
+        for attr, _, _ in HEALTH:
+            row.stats[attr] = mean_std([_get(r, attr) for r in ok])
         row.seconds_per_epoch = mean_std([_get(r, "seconds_per_epoch") for r in ok])[0]
         row.train_seconds = mean_std([_get(r, "train_seconds") for r in ok])[0]
         mems = [_mem(r) for r in ok]
@@ -129,6 +138,22 @@ def markdown_table(rows: Sequence[Row], extra_first: Optional[Tuple[str, Dict[st
     return "\n".join(lines)
 
 
+def health_table(rows: Sequence[Row]) -> str:
+    """A markdown table of the representation-health columns (mean ± std over seeds)."""
+    head = ["method", "epochs", "seeds"] + [title for _, title, _ in HEALTH]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row.label, _epochs(row), _seeds(row)]
+        cells += [fmt_mean_std(row.stats.get(attr, (None, None)), digits)
+                  for attr, _, digits in HEALTH]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _has_health(rows: Sequence[Row]) -> bool:
+    return any(row.stats.get(attr, (None, None))[0] is not None for row in rows for attr, _, _ in HEALTH)
+
+
 def _section_rows(rows: Sequence[Row], comparison: str) -> List[Row]:
     return [r for r in rows if r.comparison == comparison]
 
@@ -168,6 +193,13 @@ def render_markdown(rows: Sequence[Row], header: str, notes: Sequence[str] = (),
     if _section_rows(rows, "ablation"):
         parts += ["## Ablation", "", "One setting varied at a time around the base (first row).",
                   "", markdown_table(ab), ""]
+    if _has_health(rows):
+        health_rows = [r for r in rows if r.seeds]
+        parts += ["## Representation health", "", "Frozen backbone features of the validation "
+                  "images (the offline probe's), at most 2048 of them: uniformity (Wang & Isola, "
+                  "2020; t = 2, on L2-normalised features) and effective rank of their covariance "
+                  "(Roy & Vetterli, 2007; falls under dimensional collapse). See "
+                  "docs/attention-diagnostics.md.", "", health_table(health_rows), ""]
     if notes:
         parts += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(parts)
@@ -179,6 +211,7 @@ def write_csvs(results: Sequence[Any], rows: Sequence[Row], out_dir: Path) -> Tu
     runs_path, summary_path = out_dir / "runs.csv", out_dir / "summary.csv"
     run_fields = ["comparison", "label", "method", "num_positives", "seed", "epochs", "status",
                   "epochs_done", "knn_acc1", "linear_acc1", "offline_acc1", "offline_l2",
+                  "offline_uniformity", "offline_eff_rank",
                   "seconds_per_epoch", "train_seconds", "wall_seconds", "probe_seconds",
                   "peak_rss_mib", "peak_pss_mib", "matched_to", "run_dir", "error"]
     with runs_path.open("w", newline="") as fh:
@@ -192,13 +225,15 @@ def write_csvs(results: Sequence[Any], rows: Sequence[Row], out_dir: Path) -> Tu
         head = ["comparison", "label", "method", "num_positives", "epochs", "seeds", "failed_seeds"]
         for attr, _ in METRICS:
             head += [f"{attr}_mean", f"{attr}_std"]
+        for attr, _, _ in HEALTH:
+            head += [f"{attr}_mean", f"{attr}_std"]
         head += ["seconds_per_epoch", "train_seconds", "peak_mem_mib", "matched_to"]
         w.writerow(head)
         for row in rows:
             line: List[Any] = [row.comparison, row.label, row.method, row.num_positives,
                                _epochs(row), " ".join(map(str, row.seeds)),
                                " ".join(map(str, row.failed_seeds))]
-            for attr, _ in METRICS:
+            for attr in [a for a, _ in METRICS] + [a for a, _, _ in HEALTH]:
                 mean, std = row.stats.get(attr, (None, None))
                 line += [_num(mean), _num(std)]
             line += [_num(row.seconds_per_epoch), _num(row.train_seconds), _num(row.peak_mem_mib),

@@ -84,6 +84,8 @@ class RunResult:
     linear_acc1: Optional[float] = None
     offline_acc1: Optional[float] = None
     offline_l2: Optional[float] = None
+    offline_uniformity: Optional[float] = None
+    offline_eff_rank: Optional[float] = None
     probe_seconds: Optional[float] = None
     peak_rss_mib: Optional[float] = None
     peak_pss_mib: Optional[float] = None

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import omegaconf
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from solo.methods.base import BaseMethod
 
 from attnce_plugin.attention import attention_stats
@@ -14,14 +15,47 @@ from attnce_plugin.losses import attentionnce_loss_func
 from attnce_plugin.methods.common import (
     DEFAULT_FINITE_CHECK_EVERY,
     FiniteLossGuard,
+    MethodConfigError,
+    RepresentationHealth,
     apply_crop_layout,
     check_method_kwargs,
     check_positive_int_kwarg,
     check_positive_kwargs,
+    log_train_health,
 )
 
+#: Values of ``method_kwargs.anchor`` (see :class:`AttentionNCE`).
+ANCHOR_MODES: Tuple[str, ...] = ("views", "mean")
 
-class AttentionNCE(FiniteLossGuard, BaseMethod):
+
+def mean_anchor(anchor_views: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The anchor-mean variant's anchors ("AttentionNCE*"): one anchor per image.
+
+    ``a_i = (1 / V) * sum_v z_{v,i} / ||z_{v,i}||``: the mean of the L2-normalised projections of
+    image i's V anchor views. Each view is normalised before averaging because the loss compares
+    directions only; averaging raw projections would let a view with a larger norm dominate. The
+    mean is not re-normalised here; the loss normalises every anchor it gets.
+
+    Args:
+        anchor_views: V >= 1 tensors [b, d], the projections of anchor view v of the b images.
+
+    Returns:
+        [b, d] mean anchors (carry the gradient to every view).
+
+    Raises:
+        ValueError: no views, or views of different shapes.
+    """
+    if len(anchor_views) == 0:
+        raise ValueError("mean_anchor needs at least one anchor view [b, d], got none")
+    shapes = {tuple(z.shape) for z in anchor_views}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        raise ValueError(
+            f"anchor views must all be [b, d] of one shape, got {[list(z.shape) for z in anchor_views]}"
+        )
+    return torch.stack([F.normalize(z, dim=-1) for z in anchor_views]).mean(dim=0)
+
+
+class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
     """AttentionNCE (SimCLR form): 2 anchor crops and M positive crops per image, one network.
 
     Extra cfg settings:
@@ -31,11 +65,26 @@ class AttentionNCE(FiniteLossGuard, BaseMethod):
             temperature (float): tau > 0 (the paper uses 0.5).
             d_pos (float): positive-attention scale > 0 (default 1.0).
             d_neg (float): negative-attention scale > 0 (default 1.0).
+            anchor (str): ``views`` (default, the paper) or ``mean`` (the rebuttal's
+                "AttentionNCE*"). ``views``: each of the 2 anchor crops is an anchor (2b anchors
+                per process), and an anchor's negatives are the anchor crops of every other image
+                (2B - 2). ``mean``: each image has ONE anchor, the mean of the L2-normalised
+                projections of its 2 anchor crops (:func:`mean_anchor`); it is pulled towards the
+                attention prototype of the same M positive crops, and its negatives are the other
+                images' mean anchors (B - 1). Positives are never averaged into the anchor (an
+                anchor containing its own positives would make the positive term trivial). The
+                rebuttal averaged 4 views; solo-learn allows exactly 2 large crops, so here the
+                mean is over the 2 anchor crops.
             finite_check_every (int): batches between host-side checks that the loss is finite
                 (default 50; also checked at each epoch's last batch). A non-finite loss stops
                 training with :class:`~attnce_plugin.methods.common.NonFiniteLossError`.
         augmentations: the first 2 crops are the anchors, all later crops the positives (see
             :mod:`attnce_plugin.methods.crops`).
+
+    Representation health (see :class:`~attnce_plugin.methods.common.RepresentationHealth`):
+    ``train_repr_alignment`` (the 2 anchor views' projections) and ``train_repr_mi_bound``
+    (``log(K + 1) - train_nce_loss``, K = 2B - 2 negatives per anchor, B - 1 with ``anchor: mean``)
+    each step; ``val_repr_{feats,z}_{uniformity,eff_rank}`` at each validation end.
 
     The anchors go through ``forward`` (online linear probe and kNN see them, as for SimCLR); the
     positives go through ``multicrop_forward`` (backbone + projector, no classifier).
@@ -48,6 +97,7 @@ class AttentionNCE(FiniteLossGuard, BaseMethod):
         "temperature",
         "d_pos",
         "d_neg",
+        "anchor",
         "finite_check_every",
     )
 
@@ -57,7 +107,9 @@ class AttentionNCE(FiniteLossGuard, BaseMethod):
         self.temperature: float = float(cfg.method_kwargs.temperature)
         self.d_pos: float = float(cfg.method_kwargs.d_pos)
         self.d_neg: float = float(cfg.method_kwargs.d_neg)
+        self.anchor: str = str(cfg.method_kwargs.anchor)
         self._init_finite_guard(cfg.method_kwargs.finite_check_every)
+        self._init_repr_health()
 
         proj_hidden_dim: int = cfg.method_kwargs.proj_hidden_dim
         proj_output_dim: int = cfg.method_kwargs.proj_output_dim
@@ -73,7 +125,8 @@ class AttentionNCE(FiniteLossGuard, BaseMethod):
         """Fill defaults and refuse bad method_kwargs or crop layouts (see the class docstring).
 
         Raises:
-            MethodConfigError: unknown/missing/out-of-range ``method_kwargs``.
+            MethodConfigError: unknown/missing/out-of-range ``method_kwargs``, or an ``anchor``
+                other than ``views`` / ``mean``.
             CropLayoutError: the augmentations are not 2 anchors followed by positives.
         """
         cfg = super(AttentionNCE, AttentionNCE).add_and_assert_specific_cfg(cfg)
@@ -85,9 +138,15 @@ class AttentionNCE(FiniteLossGuard, BaseMethod):
             defaults={
                 "d_pos": 1.0,
                 "d_neg": 1.0,
+                "anchor": "views",
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
             },
         )
+        if cfg.method_kwargs.anchor not in ANCHOR_MODES:
+            raise MethodConfigError(
+                f"method_kwargs.anchor of method '{AttentionNCE.METHOD_NAME}' must be one of "
+                f"{', '.join(ANCHOR_MODES)}, got {cfg.method_kwargs.anchor!r}"
+            )
         check_positive_kwargs(cfg, ("temperature", "d_pos", "d_neg"))
         check_positive_int_kwarg(cfg, "finite_check_every")
         apply_crop_layout(cfg, require_positives=True)
@@ -139,7 +198,10 @@ class AttentionNCE(FiniteLossGuard, BaseMethod):
         indexes = batch[0]
         out = super().training_step(batch, batch_idx)
         z = out["z"]
-        anchors = torch.cat(z[: self.num_large_crops])  # [2b, d], view-major
+        if self.anchor == "mean":
+            anchors = mean_anchor(z[: self.num_large_crops])  # [b, d], one anchor per image
+        else:
+            anchors = torch.cat(z[: self.num_large_crops])  # [2b, d], view-major
         positives = torch.stack(z[self.num_large_crops :], dim=1)  # [b, M, d]
 
         nce_loss, weights = attentionnce_loss_func(
@@ -155,6 +217,15 @@ class AttentionNCE(FiniteLossGuard, BaseMethod):
         # Same key as solo-learn's SimCLR, so both methods share dashboards.
         self.log("train_nce_loss", nce_loss, on_epoch=True, sync_dist=True)
         log_attention(self, attention_stats(weights))
+        world = (
+            torch.distributed.get_world_size()
+            if torch.distributed.is_available() and torch.distributed.is_initialized()
+            else 1
+        )
+        global_images = world * int(indexes.shape[0])
+        per_image = 1 if self.anchor == "mean" else self.num_large_crops
+        num_negatives = per_image * global_images - per_image  # all anchors but the image's own
+        log_train_health(self, z[: self.num_large_crops], nce_loss, num_negatives)
         return nce_loss + out["loss"]
 
 

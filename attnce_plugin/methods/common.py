@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 from numbers import Real
-from typing import Any, Dict, Iterable, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import omegaconf
 import torch
@@ -301,3 +301,140 @@ def mean_stats(stats: Iterable[Dict[str, torch.Tensor]]) -> Dict[str, torch.Tens
         values = torch.stack([s[key].float() for s in stats])
         out[key] = values.max() if key == "max_beta" else values.mean()
     return out
+
+
+#: Default cap on the validation images whose features :class:`RepresentationHealth` keeps per
+#: process: uniformity is O(n^2) in pairs (2048 images = 2.1M pairs, ~10 ms on a CPU core).
+DEFAULT_HEALTH_MAX_SAMPLES = 2048
+
+
+def log_train_health(
+    module: Any,
+    anchor_views: Sequence[torch.Tensor],
+    nce_loss: torch.Tensor,
+    num_negatives: int,
+) -> Dict[str, torch.Tensor]:
+    """Log ``train_repr_alignment`` and ``train_repr_mi_bound`` for one training step.
+
+    * alignment (Wang & Isola, 2020) of the projections of an image's 2 anchor views: the positive
+      pairs the training augmentations make (validation batches have one un-augmented view only,
+      so alignment cannot be measured there);
+    * ``log(K + 1) - loss`` with K the negatives per anchor. For plain InfoNCE (AttentionNCE with
+      d_neg -> inf and M = 1) this is the InfoNCE mutual-information lower bound; with beta
+      re-weighting and a prototype positive it is the same expression on a different loss, a
+      nominal bound to compare runs with, not a guaranteed bound.
+
+    Args:
+        module: the LightningModule that logs.
+        anchor_views: >= 2 tensors [b, d], the projections of the anchor views (first two used).
+        nce_loss: scalar contrastive loss in nats (MoCo form: divide its 2 * tau out first).
+        num_negatives: K per anchor.
+
+    Returns:
+        The two logged scalars (detached), keyed ``alignment`` and ``mi_bound``.
+    """
+    from attnce_plugin.representation import alignment
+
+    with torch.no_grad():
+        values = {
+            "alignment": alignment(anchor_views[0].detach(), anchor_views[1].detach()),
+            "mi_bound": math.log(num_negatives + 1) - nce_loss.detach().float(),
+        }
+    for name, value in values.items():
+        module.log(f"train_repr_{name}", value, on_epoch=True, sync_dist=True)
+    return values
+
+
+@torch.no_grad()
+def representation_health(x: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """Uniformity (t = 2, after L2 normalisation) and effective rank of embeddings.
+
+    Args:
+        x: [n, d] embeddings, n >= 2.
+
+    Returns:
+        ``{"uniformity": [], "eff_rank": []}`` float32 scalars.
+    """
+    from attnce_plugin.representation import effective_rank, uniformity
+
+    return {
+        "uniformity": uniformity(x).float(),
+        "eff_rank": effective_rank(x).float(),
+    }
+
+
+class RepresentationHealth:
+    """Mixin: log representation-health metrics of the validation images at each validation end.
+
+    Keeps the backbone features (``feats``, what the linear probe and kNN read) and, when the
+    method has a ``projector``, the projections (``z``, what the loss compares; for the MoCo form
+    the projector's output, before the predictor) of at most ``max_samples`` validation images of
+    each process, then logs ``val_repr_{feats,z}_{uniformity,eff_rank}``.
+
+    Which images: a uniform random subset without replacement, the same one every epoch (each
+    image gets a key from a generator seeded with 0 at the epoch's first batch; the ``max_samples``
+    smallest keys are kept, merged batch by batch in O(max_samples) memory). Not simply the first
+    images: solo-learn's validation loader is not shuffled, and image folders are sorted by class.
+
+    Under DDP each process measures its own shard and Lightning averages the values
+    (``sync_dist``); a shard's effective rank and uniformity estimate the whole set's, they are not
+    equal to them. Sanity-check batches are not kept.
+
+    Use: list before the solo-learn base class and call :meth:`_init_repr_health` in ``__init__``.
+    """
+
+    def _init_repr_health(self, max_samples: int = DEFAULT_HEALTH_MAX_SAMPLES) -> None:
+        """Set the per-process cap (an integer >= 2 images) and empty the store."""
+        if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 2:
+            raise ValueError(f"max_samples must be an integer >= 2, got {max_samples!r}")
+        self.health_max_samples: int = max_samples
+        self._reset_health_store()
+
+    def _reset_health_store(self) -> None:
+        self._health_keys: Optional[torch.Tensor] = None  # [n] float64 random keys, n <= cap
+        self._health_store: Dict[str, torch.Tensor] = {}  # "feats" [n, F], "z" [n, d], on CPU
+        self._health_gen: Optional[torch.Generator] = None
+
+    def _sanity_checking(self) -> bool:
+        trainer = getattr(self, "_trainer", None)
+        return bool(trainer is not None and trainer.sanity_checking)
+
+    @torch.no_grad()
+    def _keep_for_health(self, embeddings: Dict[str, torch.Tensor]) -> None:
+        """Merge one batch's embeddings (each [b, *]) into the kept random subset."""
+        if self._health_gen is None:
+            self._health_gen = torch.Generator().manual_seed(0)
+        some = next(iter(embeddings.values()))
+        keys = torch.rand(some.shape[0], generator=self._health_gen, dtype=torch.float64)
+        if self._health_keys is not None:
+            keys = torch.cat([self._health_keys, keys])
+            embeddings = {k: torch.cat([self._health_store[k], v]) for k, v in embeddings.items()}
+        keep = torch.argsort(keys)[: self.health_max_samples]
+        self._health_keys = keys[keep]
+        self._health_store = {k: v[keep] for k, v in embeddings.items()}
+
+    def base_validation_step(self, X: torch.Tensor, targets: torch.Tensor) -> Dict[str, Any]:
+        """The base class's step, plus keeping this batch's feats and z for the health metrics."""
+        out = super().base_validation_step(X, targets)  # type: ignore[misc]
+        if not self._sanity_checking():
+            with torch.no_grad():
+                feats = out["feats"].detach()
+                kept = {"feats": feats.float().cpu()}
+                projector = getattr(self, "projector", None)
+                if projector is not None:
+                    kept["z"] = projector(feats).float().cpu()
+            self._keep_for_health(kept)
+        return out
+
+    def on_validation_epoch_end(self) -> None:
+        """Log ``val_repr_*`` from the kept embeddings, empty the store, then the base's end."""
+        if self._health_keys is not None and self._health_keys.numel() >= 2:
+            for kind, x in self._health_store.items():
+                for name, value in representation_health(x).items():
+                    self.log(  # type: ignore[attr-defined]
+                        f"val_repr_{kind}_{name}",
+                        value.to(self.device),  # type: ignore[attr-defined]
+                        sync_dist=True,
+                    )
+        self._reset_health_store()
+        super().on_validation_epoch_end()  # type: ignore[misc]
