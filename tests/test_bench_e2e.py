@@ -58,12 +58,17 @@ def test_bench_smoke_end_to_end(tmp_path: Path) -> None:
     assert (out / "summary.csv").is_file()
 
     # A second invocation reuses every finished run instead of training again.
+    logs_before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("train.log")}
     again = subprocess.run(
         [sys.executable, "-m", "attnce_plugin.bench", "--preset", "smoke", "--out", str(out)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
     assert again.returncode == 0, again.stderr[-3000:]
-    assert (out / "results.md").read_text().count("| SimCLR | 1 | 1 |") == 1
+    equal_epochs = (out / "results.md").read_text().split("## Equal epochs")[1].split("\n## ")[0]
+    assert equal_epochs.count("| SimCLR | 1 | 1 |") == 1
+    with open(out / "runs.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 8
+    assert logs_before and logs_before == {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("train.log")}
 
 
 def test_cli_errors_name_the_problem(capsys: pytest.CaptureFixture) -> None:
