@@ -16,6 +16,11 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def world_size() -> int:
+    """Number of processes (1 outside distributed runs)."""
+    return dist.get_world_size() if is_distributed() else 1
+
+
 def rank() -> int:
     """This process's rank (0 outside distributed runs)."""
     return dist.get_rank() if is_distributed() else 0

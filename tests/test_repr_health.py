@@ -152,3 +152,37 @@ def test_report_health_section(tmp_path: Path):
     plain = [{k: v for k, v in r.items() if not k.startswith("offline_u") and
               not k.startswith("offline_e")} for r in results]
     assert "Representation health" not in report.render_markdown(report.aggregate(plain), "# h")
+
+
+def test_moco_form_logs_health_with_its_loss_in_nats(tiny_image_folder):
+    """``mocov3_attentionnce`` logs the same health keys; its MI bound uses K = B - 1 keys per
+    query and the loss with MoCo's 2 * tau scale divided out (mean of the two symmetric terms)."""
+    from attnce_plugin.methods import MoCoV3AttentionNCE
+
+    pl.seed_everything(3)
+    with initialize_config_dir(config_dir=str(REPO / "configs/pretrain/cifar"), version_base="1.2"):
+        cfg = compose("mocov3_attentionnce.yaml", overrides=[
+            "data.dataset=custom", f"data.train_path={tiny_image_folder['train']}", "~data.val_path",
+            "method_kwargs.proj_hidden_dim=32", "method_kwargs.proj_output_dim=16",
+            "method_kwargs.pred_hidden_dim=32", "optimizer.batch_size=4", 'devices="1"',
+            "++scheduler.warmup_epochs=0", "max_epochs=1"])
+    OmegaConf.set_struct(cfg, False)
+    cfg = wrap_pretrain_parse_cfg(solo_pretrain_args.parse_cfg)(cfg)
+    model = MoCoV3AttentionNCE(cfg)
+    crops = cfg.data.num_large_crops + cfg.data.num_small_crops
+    size = cfg.augmentations[0].crop_size
+    g = torch.Generator().manual_seed(0)
+    train = [[torch.arange(4), [torch.randn(4, 3, size, size, generator=g) for _ in range(crops)],
+              torch.randint(0, 5, (4,), generator=g)]]
+    val = [[torch.randn(4, 3, size, size, generator=g), torch.randint(0, 5, (4,), generator=g)]]
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0)
+    loader = lambda data: torch.utils.data.DataLoader(data, batch_size=None)  # noqa: E731
+    trainer.fit(model, train_dataloaders=loader(train), val_dataloaders=loader(val))
+    m = trainer.callback_metrics
+    nats = float(m["train_contrastive_loss"]) / (2 * cfg.method_kwargs.temperature) / 2
+    assert float(m["train_repr_mi_bound"]) == pytest.approx(math.log(4) - nats, abs=1e-5)
+    assert 0.0 <= float(m["train_repr_alignment"]) <= 4.0
+    for key in ("val_repr_feats_uniformity", "val_repr_feats_eff_rank", "val_repr_z_eff_rank"):
+        assert key in m and math.isfinite(float(m[key]))

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from solo.methods.base import BaseMethod
 
 from attnce_plugin.attention import attention_stats
+from attnce_plugin.distributed import world_size
 from attnce_plugin.losses import attentionnce_loss_func
 from attnce_plugin.methods.common import (
     DEFAULT_FINITE_CHECK_EVERY,
@@ -217,12 +218,7 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         # Same key as solo-learn's SimCLR, so both methods share dashboards.
         self.log("train_nce_loss", nce_loss, on_epoch=True, sync_dist=True)
         log_attention(self, attention_stats(weights))
-        world = (
-            torch.distributed.get_world_size()
-            if torch.distributed.is_available() and torch.distributed.is_initialized()
-            else 1
-        )
-        global_images = world * int(indexes.shape[0])
+        global_images = world_size() * int(indexes.shape[0])
         per_image = 1 if self.anchor == "mean" else self.num_large_crops
         num_negatives = per_image * global_images - per_image  # all anchors but the image's own
         log_train_health(self, z[: self.num_large_crops], nce_loss, num_negatives)

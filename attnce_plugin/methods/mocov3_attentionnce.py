@@ -12,17 +12,20 @@ from solo.methods.base import BaseMethod, BaseMomentumMethod
 from solo.methods.mocov3 import MoCoV3
 
 from attnce_plugin.attention import attention_stats
+from attnce_plugin.distributed import world_size
 from attnce_plugin.losses import attentionnce_mocov3_loss_func
 from attnce_plugin.methods.attentionnce import log_attention
 from attnce_plugin.methods.common import (
     DEFAULT_FINITE_CHECK_EVERY,
     FiniteLossGuard,
     MethodConfigError,
+    RepresentationHealth,
     apply_crop_layout,
     check_method_kwargs,
     check_momentum_cfg,
     check_positive_int_kwarg,
     check_positive_kwargs,
+    log_train_health,
     mean_stats,
 )
 
@@ -47,7 +50,7 @@ def _mocov3_backbone(factory: Callable[..., torch.nn.Module]) -> Callable[..., t
     return build
 
 
-class MoCoV3AttentionNCE(FiniteLossGuard, MoCoV3):
+class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
     """MoCo v3 whose loss is chosen by ``method_kwargs.loss``.
 
     Extra cfg settings (on top of MoCo v3's proj_hidden_dim, proj_output_dim, pred_hidden_dim,
@@ -91,6 +94,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, MoCoV3):
         self.d_pos: float = float(cfg.method_kwargs.d_pos)
         self.d_neg: float = float(cfg.method_kwargs.d_neg)
         self._init_finite_guard(cfg.method_kwargs.finite_check_every)
+        self._init_repr_health()
 
         # The positive crops never go through the online network: MoCo's positives are momentum
         # keys. Hiding them from BaseMethod.training_step saves their online forward pass (and
@@ -182,4 +186,8 @@ class MoCoV3AttentionNCE(FiniteLossGuard, MoCoV3):
         # Same key as solo-learn's MoCo v3, so both losses share dashboards.
         self.log("train_contrastive_loss", contrastive_loss, on_epoch=True, sync_dist=True)
         log_attention(self, mean_stats([attention_stats(weights_a), attention_stats(weights_b)]))
+        # In nats per query (the 2 * tau scale divided out, mean of the two symmetric terms);
+        # each query's negatives are the other images' keys.
+        nce_nats = contrastive_loss.detach() / (2 * self.temperature) / 2
+        log_train_health(self, out["z"], nce_nats, world_size() * queries[0].shape[0] - 1)
         return contrastive_loss + out["loss"]
