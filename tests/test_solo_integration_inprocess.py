@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import pytest
 import torch

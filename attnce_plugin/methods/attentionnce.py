@@ -16,9 +16,9 @@ from attnce_plugin.losses import attentionnce_loss_func
 from attnce_plugin.methods.common import (
     DEFAULT_FINITE_CHECK_EVERY,
     FiniteLossGuard,
-    MethodConfigError,
     RepresentationHealth,
     apply_crop_layout,
+    check_choice_kwarg,
     check_method_kwargs,
     check_positive_int_kwarg,
     check_positive_kwargs,
@@ -143,11 +143,7 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
             },
         )
-        if cfg.method_kwargs.anchor not in ANCHOR_MODES:
-            raise MethodConfigError(
-                f"method_kwargs.anchor of method '{AttentionNCE.METHOD_NAME}' must be one of "
-                f"{', '.join(ANCHOR_MODES)}, got {cfg.method_kwargs.anchor!r}"
-            )
+        check_choice_kwarg(cfg, AttentionNCE.METHOD_NAME, "anchor", ANCHOR_MODES)
         check_positive_kwargs(cfg, ("temperature", "d_pos", "d_neg"))
         check_positive_int_kwarg(cfg, "finite_check_every")
         apply_crop_layout(cfg, require_positives=True)

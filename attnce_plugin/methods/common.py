@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 from numbers import Real
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 import omegaconf
 import torch
@@ -89,6 +89,22 @@ def check_positive_kwargs(cfg: omegaconf.DictConfig, keys: Iterable[str]) -> Non
             check_positive_finite(f"method_kwargs.{key}", cfg.method_kwargs[key])
         except ValueError as err:
             raise MethodConfigError(str(err)) from None
+
+
+def check_choice_kwarg(
+    cfg: omegaconf.DictConfig, method_name: str, key: str, allowed: Sequence[str]
+) -> None:
+    """Refuse ``method_kwargs.<key>`` unless it is one of ``allowed``.
+
+    Raises:
+        MethodConfigError: naming the key, the method and the allowed values.
+    """
+    value = cfg.method_kwargs[key]
+    if value not in allowed:
+        raise MethodConfigError(
+            f"method_kwargs.{key} of method '{method_name}' must be one of "
+            f"{', '.join(allowed)}, got {value!r}"
+        )
 
 
 def check_positive_int_kwarg(cfg: omegaconf.DictConfig, key: str) -> int:

@@ -18,9 +18,9 @@ from attnce_plugin.methods.attentionnce import log_attention
 from attnce_plugin.methods.common import (
     DEFAULT_FINITE_CHECK_EVERY,
     FiniteLossGuard,
-    MethodConfigError,
     RepresentationHealth,
     apply_crop_layout,
+    check_choice_kwarg,
     check_method_kwargs,
     check_momentum_cfg,
     check_positive_int_kwarg,
@@ -136,11 +136,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
             },
         )
-        if cfg.method_kwargs.loss not in LOSSES:
-            raise MethodConfigError(
-                f"method_kwargs.loss of method '{name}' must be one of {', '.join(LOSSES)}, "
-                f"got {cfg.method_kwargs.loss!r}"
-            )
+        check_choice_kwarg(cfg, name, "loss", LOSSES)
         check_positive_kwargs(cfg, ("temperature", "d_pos", "d_neg"))
         check_positive_int_kwarg(cfg, "finite_check_every")
         apply_crop_layout(cfg, require_positives=cfg.method_kwargs.loss == "attentionnce")
