@@ -8,39 +8,29 @@ formula; then the config key's default and refusal (training: tests/test_repr_he
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import Sequence
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from attnce_plugin.solo_compat import require_solo
 
 require_solo()
 
-import solo.args.pretrain as solo_pretrain_args  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 
 from attnce_plugin.losses import attentionnce_loss_func  # noqa: E402
 from attnce_plugin.methods import AttentionNCE, MethodConfigError  # noqa: E402
 from attnce_plugin.methods.attentionnce import mean_anchor  # noqa: E402
-from attnce_plugin.registration import wrap_pretrain_parse_cfg  # noqa: E402
 
 from reference import simclr_form  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import compose_pretrain_cfg  # noqa: E402
 
 
-def _cfg(train_path: Path, overrides: List[str] = ()):
-    with initialize_config_dir(config_dir=str(REPO / "configs/pretrain/cifar"), version_base="1.2"):
-        cfg = compose("attentionnce_multicrop.yaml", overrides=[
-            "data.dataset=custom", f"data.train_path={train_path}", "~data.val_path",
-            "method_kwargs.proj_hidden_dim=32", "method_kwargs.proj_output_dim=16",
-            "optimizer.batch_size=4", 'devices="1"', "++scheduler.warmup_epochs=0",
-            "max_epochs=1", "augmentations.1.crop_size=16", *overrides])
-    OmegaConf.set_struct(cfg, False)
-    return wrap_pretrain_parse_cfg(solo_pretrain_args.parse_cfg)(cfg)
+
+def _cfg(train_path: Path, overrides: Sequence[str] = ()):
+    return compose_pretrain_cfg("attentionnce_multicrop.yaml", train_path, overrides)
 
 
 def test_mean_anchor_matches_numpy_definition():

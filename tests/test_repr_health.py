@@ -8,28 +8,25 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import List
+from typing import List, Sequence
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from attnce_plugin.solo_compat import require_solo
 
 require_solo()
 
 import lightning.pytorch as pl  # noqa: E402
-import solo.args.pretrain as solo_pretrain_args  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 
 from attnce_plugin.bench import report  # noqa: E402
 from attnce_plugin.bench.probe import offline_health  # noqa: E402
 from attnce_plugin.methods import AttentionNCE  # noqa: E402
 from attnce_plugin.methods.common import representation_health  # noqa: E402
-from attnce_plugin.registration import wrap_pretrain_parse_cfg  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import compose_pretrain_cfg  # noqa: E402
+
 
 
 def _np_uniformity(x: np.ndarray) -> float:
@@ -68,15 +65,8 @@ def test_offline_health_subsamples_and_matches_numpy():
         offline_health(torch.tensor(x), max_samples=1)
 
 
-def _cfg(train_path: Path, overrides: List[str] = ()):
-    with initialize_config_dir(config_dir=str(REPO / "configs/pretrain/cifar"), version_base="1.2"):
-        cfg = compose("attentionnce_multicrop.yaml", overrides=[
-            "data.dataset=custom", f"data.train_path={train_path}", "~data.val_path",
-            "method_kwargs.proj_hidden_dim=32", "method_kwargs.proj_output_dim=16",
-            "optimizer.batch_size=4", 'devices="1"', "++scheduler.warmup_epochs=0",
-            "max_epochs=1", "augmentations.1.crop_size=16", *overrides])
-    OmegaConf.set_struct(cfg, False)
-    return wrap_pretrain_parse_cfg(solo_pretrain_args.parse_cfg)(cfg)
+def _cfg(train_path: Path, overrides: Sequence[str] = ()):
+    return compose_pretrain_cfg("attentionnce_multicrop.yaml", train_path, overrides)
 
 
 class _NoGrad(pl.Callback):
@@ -160,14 +150,8 @@ def test_moco_form_logs_health_with_its_loss_in_nats(tiny_image_folder):
     from attnce_plugin.methods import MoCoV3AttentionNCE
 
     pl.seed_everything(3)
-    with initialize_config_dir(config_dir=str(REPO / "configs/pretrain/cifar"), version_base="1.2"):
-        cfg = compose("mocov3_attentionnce.yaml", overrides=[
-            "data.dataset=custom", f"data.train_path={tiny_image_folder['train']}", "~data.val_path",
-            "method_kwargs.proj_hidden_dim=32", "method_kwargs.proj_output_dim=16",
-            "method_kwargs.pred_hidden_dim=32", "optimizer.batch_size=4", 'devices="1"',
-            "++scheduler.warmup_epochs=0", "max_epochs=1"])
-    OmegaConf.set_struct(cfg, False)
-    cfg = wrap_pretrain_parse_cfg(solo_pretrain_args.parse_cfg)(cfg)
+    cfg = compose_pretrain_cfg("mocov3_attentionnce.yaml", tiny_image_folder["train"],
+                               ["method_kwargs.pred_hidden_dim=32"])
     model = MoCoV3AttentionNCE(cfg)
     crops = cfg.data.num_large_crops + cfg.data.num_small_crops
     size = cfg.augmentations[0].crop_size
