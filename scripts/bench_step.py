@@ -17,8 +17,13 @@ Methods timed, all resnet18 with solo-learn's ImageNet stem (``data.dataset: cus
 * ``attentionnce M=4 small``: 2 anchors + M positives of ``--small-size`` px;
 * ``mocov3``: 2 crops, online + momentum networks;
 * ``mocov3_attentionnce M=4 full``: 2 anchors + M positive crops through the momentum network;
-* two rows marked ``*`` (skip with ``--no-batched-positives``): a bench-only prototype that sends the
-  M positive crops through the network as one batch (see :func:`batched_positives_variant`).
+* rows marked ``batched`` (skip with ``--no-batched-positives``): the same methods with
+  ``method_kwargs.batch_positives: true``, which sends the M positive crops through the network as
+  one batch (see :mod:`attnce_plugin.methods.positives`).
+
+Steps are numbered 0, 1, 2, ... as ``batch_idx``, so the attention diagnostics are computed on
+every ``method_kwargs.attention_log_every``-th step (default 10) as in training; ``--attention-log-every
+1`` times the every-step cost.
 
 All methods are timed interleaved (round-robin, order rotated every repeat) in one process; the
 table gives medians, the ratio to SimCLR's step and to the method's base (SimCLR or MoCo v3), next
@@ -128,33 +133,6 @@ MOCO_KW = {"proj_hidden_dim": 2048, "proj_output_dim": 256, "pred_hidden_dim": 2
 MOCO_ATTNCE_KW = {**MOCO_KW, "loss": "attentionnce", "d_pos": 1.0, "d_neg": 10.0}
 
 
-def batched_positives_variant(cls: type) -> type:
-    """A bench-only subclass of the AttentionNCE method that sends its M positive crops through
-    backbone + projector as ONE [M*b, ...] batch instead of M calls of [b, ...].
-
-    A prototype to measure what batching would buy, not a method: BatchNorm then normalises the
-    positives with statistics over M*b images instead of b per crop (solo-learn's behaviour), which
-    changes training; its effect on accuracy is unmeasured here. The loss sees the same tensors.
-    """
-
-    class BatchedPositives(cls):  # type: ignore[misc,valid-type]
-        def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-            self._positive_crops = list(batch[1][self.num_large_crops :])
-            self._positive_outs: List[Dict[str, Any]] = []
-            return super().training_step(batch, batch_idx)
-
-        def multicrop_forward(self, X: torch.Tensor) -> Dict[str, Any]:
-            if not self._positive_outs:  # first positive crop: run all M at once
-                m = len(self._positive_crops)
-                out = super().multicrop_forward(torch.cat(self._positive_crops))
-                chunks = {k: v.chunk(m) for k, v in out.items()}
-                self._positive_outs = [{k: v[i] for k, v in chunks.items()} for i in range(m)]
-            return self._positive_outs.pop(0)
-
-    BatchedPositives.__name__ = f"BatchedPositives{cls.__name__}"
-    return BatchedPositives
-
-
 class StepRunner:
     """One method, its optimizer and a fixed random batch; ``step()`` runs one training step."""
 
@@ -165,12 +143,9 @@ class StepRunner:
         batch_size: int,
         device: torch.device,
         seed: int,
-        batched_positives: bool = False,
     ) -> None:
         cls = METHODS[cfg.method]
         cfg = cls.add_and_assert_specific_cfg(cfg)
-        if batched_positives:
-            cls = batched_positives_variant(cls)
         torch.manual_seed(seed)
         self.model = cls(cfg).to(device)
         self.model.train()
@@ -183,9 +158,11 @@ class StepRunner:
         targets = torch.randint(0, 10, (batch_size,), generator=gen).to(device)
         self.batch = [indexes, crops, targets]
         self.momentum = hasattr(self.model, "momentum_pairs")
+        self.batch_idx = 0
 
     def step(self) -> float:
-        loss = self.model.training_step(self.batch, 0)
+        loss = self.model.training_step(self.batch, self.batch_idx)
+        self.batch_idx += 1
         loss = loss["loss"] if isinstance(loss, dict) else loss
         loss.backward()
         self.optimizer.step()
@@ -206,30 +183,36 @@ def build_runners(
     small_crops = [(size, 2), (small, m)]
     pixel_ratio = (2 * size**2 + m * small**2) / (2 * size**2)
     views = (2 + m) / 2
-    Spec = Tuple[str, str, Dict[str, Any], List[Tuple[int, int]], bool, float, float, str, bool]
+    log_kw = {"attention_log_every": args.attention_log_every}
+    attn_kw = {**ATTNCE_KW, **log_kw}
+    moco_attn_kw = {**MOCO_ATTNCE_KW, **log_kw}
+    batched_kw = {"batch_positives": True}
+    Spec = Tuple[str, str, Dict[str, Any], List[Tuple[int, int]], bool, float, float, str]
     specs: List[Spec] = [
-        ("simclr", "simclr", SIMCLR_KW, [(size, 2)], False, 1.0, 1.0, "simclr", False),
-        (f"attentionnce M={m} full ({size} px)", "attentionnce", ATTNCE_KW, full_crops, False, views,
-         views, "simclr", False),
-        (f"attentionnce M={m} small ({small} px)", "attentionnce", ATTNCE_KW, small_crops, False, views,
-         pixel_ratio, "simclr", False),
-        ("mocov3", "mocov3", MOCO_KW, [(size, 2)], True, 1.0, 1.0, "mocov3", False),
-        (f"mocov3_attentionnce M={m} full ({size} px)", "mocov3_attentionnce", MOCO_ATTNCE_KW,
-         full_crops, True, views, views, "mocov3", False),
+        ("simclr", "simclr", SIMCLR_KW, [(size, 2)], False, 1.0, 1.0, "simclr"),
+        (f"attentionnce M={m} full ({size} px)", "attentionnce", attn_kw, full_crops, False, views,
+         views, "simclr"),
+        (f"attentionnce M={m} small ({small} px)", "attentionnce", attn_kw, small_crops, False, views,
+         pixel_ratio, "simclr"),
+        ("mocov3", "mocov3", MOCO_KW, [(size, 2)], True, 1.0, 1.0, "mocov3"),
+        (f"mocov3_attentionnce M={m} full ({size} px)", "mocov3_attentionnce", moco_attn_kw,
+         full_crops, True, views, views, "mocov3"),
     ]
     if args.batched_positives:
         specs += [
-            (f"attentionnce M={m} full, positives batched*", "attentionnce", ATTNCE_KW, full_crops,
-             False, views, views, "simclr", True),
-            (f"attentionnce M={m} small, positives batched*", "attentionnce", ATTNCE_KW, small_crops,
-             False, views, pixel_ratio, "simclr", True),
+            (f"attentionnce M={m} full, batched", "attentionnce", {**attn_kw, **batched_kw},
+             full_crops, False, views, views, "simclr"),
+            (f"attentionnce M={m} small, batched", "attentionnce", {**attn_kw, **batched_kw},
+             small_crops, False, views, pixel_ratio, "simclr"),
+            (f"mocov3_attentionnce M={m} full, batched", "mocov3_attentionnce",
+             {**moco_attn_kw, **batched_kw}, full_crops, True, views, views, "mocov3"),
         ]
     runners = {}
-    for name, method, kwargs, crops, momentum, view_ratio, pix_ratio, ref, batched in specs:
+    for name, method, kwargs, crops, momentum, view_ratio, pix_ratio, ref in specs:
         accelerator = "gpu" if device.type == "cuda" else "cpu"
         cfg = make_cfg(method, dict(kwargs), crops, args.batch_size, args.dataset, momentum, accelerator)
         sizes = [s for s, n in crops for _ in range(n)]
-        runner = StepRunner(cfg, sizes, args.batch_size, device, args.seed, batched)
+        runner = StepRunner(cfg, sizes, args.batch_size, device, args.seed)
         runners[name] = (runner, view_ratio, pix_ratio, ref)
     return runners
 
@@ -252,7 +235,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--no-batched-positives", dest="batched_positives", action="store_false",
-        help="skip the two rows of the bench-only prototype that batches the positive crops",
+        help="skip the rows with method_kwargs.batch_positives: true",
+    )
+    parser.add_argument(
+        "--attention-log-every", type=int, default=10,
+        help="method_kwargs.attention_log_every of the AttentionNCE rows (default 10, the methods' "
+        "default; 1 = diagnostics every step)",
     )
     parser.add_argument("--out", type=Path, default=None, help="also write the table to this file")
     args = parser.parse_args(argv)
@@ -315,10 +303,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     emit()
     if args.batched_positives:
         emit(
-            "\\* bench-only prototype (scripts/bench_step.py, batched_positives_variant): the M "
-            "positive crops go through backbone + projector as one batch, so BatchNorm uses "
-            "statistics over M*b images instead of b per crop; not a method option yet, effect on "
-            "accuracy unmeasured."
+            "batched: method_kwargs.batch_positives: true (the M positive crops go through the "
+            "network as one batch, so BatchNorm uses statistics over M*b images instead of b per "
+            "crop; accuracy effect in docs/performance.md)."
         )
         emit()
     if args.out is not None:

@@ -161,12 +161,24 @@ def compose_config(spec: RunSpec, dataset: str, budget: Budget, run_dir: Path,
         parsed = OmegaConf.from_dotlist([f"{key}={value}"])
         OmegaConf.update(cfg, key, OmegaConf.select(parsed, key), merge=True)
 
-    # The views: the 2 anchors, then M positives with the same recipe (the paper's setting).
+    # The views: the 2 anchors, then M positives with the same recipe (the paper's setting), at
+    # bench.positive_crop_size when set (multi-crop: smaller positives, same recipe otherwise).
     m = int(spec.num_positives)
     view = OmegaConf.to_container(cfg.pop("view"), resolve=True)
     assert isinstance(view, dict)
-    cfg.augmentations = [dict(view, num_crops=2)] + ([dict(view, num_crops=m)] if m > 0 else [])
     bench = cfg.pop("bench", {}) or {}
+    positive_view = dict(view, num_crops=m)
+    positive_size = bench.get("positive_crop_size", None)
+    if positive_size is not None:
+        if isinstance(positive_size, bool) or not isinstance(positive_size, int) or not (
+            1 <= positive_size <= int(view["crop_size"])
+        ):
+            raise BenchConfigError(
+                f"bench.positive_crop_size={positive_size!r}: must be an integer in "
+                f"1..{view['crop_size']} (the anchors' crop_size)"
+            )
+        positive_view["crop_size"] = positive_size
+    cfg.augmentations = [dict(view, num_crops=2)] + ([positive_view] if m > 0 else [])
 
     hydra_cfg = OmegaConf.create({
         "output_subdir": None,

@@ -14,16 +14,20 @@ from attnce_plugin.attention import attention_stats
 from attnce_plugin.distributed import world_size
 from attnce_plugin.losses import attentionnce_loss_func
 from attnce_plugin.methods.common import (
+    DEFAULT_ATTENTION_LOG_EVERY,
     DEFAULT_FINITE_CHECK_EVERY,
     FiniteLossGuard,
     RepresentationHealth,
     apply_crop_layout,
+    check_bool_kwarg,
+    check_num_crops,
     check_choice_kwarg,
     check_method_kwargs,
     check_positive_int_kwarg,
     check_positive_kwargs,
     log_train_health,
 )
+from attnce_plugin.methods.positives import forward_crops
 
 #: Values of ``method_kwargs.anchor`` (see :class:`AttentionNCE`).
 ANCHOR_MODES: Tuple[str, ...] = ("views", "mean")
@@ -79,6 +83,12 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
             finite_check_every (int): batches between host-side checks that the loss is finite
                 (default 50; also checked at each epoch's last batch). A non-finite loss stops
                 training with :class:`~attnce_plugin.methods.common.NonFiniteLossError`.
+            batch_positives (bool): send the positive crops of one size through backbone +
+                projector as one batch of M*b images instead of M batches of b (default false,
+                solo-learn's per-crop behaviour). Faster, but BatchNorm then normalises the
+                positives over M*b images; see :mod:`attnce_plugin.methods.positives`.
+            attention_log_every (int): batches between two computations of the ``train_attn_*``
+                diagnostics (default 10; 1 = every batch; every epoch's first batch is logged).
         augmentations: the first 2 crops are the anchors, all later crops the positives (see
             :mod:`attnce_plugin.methods.crops`).
 
@@ -100,6 +110,8 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         "d_neg",
         "anchor",
         "finite_check_every",
+        "batch_positives",
+        "attention_log_every",
     )
 
     def __init__(self, cfg: omegaconf.DictConfig):
@@ -109,8 +121,17 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         self.d_pos: float = float(cfg.method_kwargs.d_pos)
         self.d_neg: float = float(cfg.method_kwargs.d_neg)
         self.anchor: str = str(cfg.method_kwargs.anchor)
+        self.batch_positives: bool = bool(cfg.method_kwargs.batch_positives)
+        self.attention_log_every: int = int(cfg.method_kwargs.attention_log_every)
         self._init_finite_guard(cfg.method_kwargs.finite_check_every)
         self._init_repr_health()
+
+        # The positives are forwarded by training_step itself (one call per crop, or batched),
+        # so solo-learn's BaseMethod.training_step only sees the 2 anchors.
+        self.num_positive_crops: int = self.num_small_crops
+        self.num_small_crops = 0
+        self.num_crops = self.num_large_crops
+        self.multicrop = False
 
         proj_hidden_dim: int = cfg.method_kwargs.proj_hidden_dim
         proj_output_dim: int = cfg.method_kwargs.proj_output_dim
@@ -141,11 +162,15 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
                 "d_neg": 1.0,
                 "anchor": "views",
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
+                "batch_positives": False,
+                "attention_log_every": DEFAULT_ATTENTION_LOG_EVERY,
             },
         )
         check_choice_kwarg(cfg, AttentionNCE.METHOD_NAME, "anchor", ANCHOR_MODES)
         check_positive_kwargs(cfg, ("temperature", "d_pos", "d_neg"))
         check_positive_int_kwarg(cfg, "finite_check_every")
+        check_positive_int_kwarg(cfg, "attention_log_every")
+        check_bool_kwarg(cfg, "batch_positives")
         apply_crop_layout(cfg, require_positives=True)
         return cfg
 
@@ -192,32 +217,41 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         Returns:
             Scalar total loss.
         """
-        indexes = batch[0]
-        out = super().training_step(batch, batch_idx)
+        indexes, crops, targets = batch
+        crops = [crops] if isinstance(crops, torch.Tensor) else list(crops)
+        check_num_crops(crops, self.num_large_crops, self.num_positive_crops)
+        # Anchors first, as solo-learn orders them (BatchNorm running statistics see them first).
+        out = super().training_step([indexes, crops[: self.num_large_crops], targets], batch_idx)
         z = out["z"]
+        positive_outs = forward_crops(
+            self.multicrop_forward, crops[self.num_large_crops :], self.batch_positives
+        )
         if self.anchor == "mean":
-            anchors = mean_anchor(z[: self.num_large_crops])  # [b, d], one anchor per image
+            anchors = mean_anchor(z)  # [b, d], one anchor per image
         else:
-            anchors = torch.cat(z[: self.num_large_crops])  # [2b, d], view-major
-        positives = torch.stack(z[self.num_large_crops :], dim=1)  # [b, M, d]
+            anchors = torch.cat(z)  # [2b, d], view-major
+        positives = torch.stack([o["z"] for o in positive_outs], dim=1)  # [b, M, d]
 
-        nce_loss, weights = attentionnce_loss_func(
+        log_attention_now = batch_idx % self.attention_log_every == 0
+        result = attentionnce_loss_func(
             anchors,
             positives,
             indexes,
             temperature=self.temperature,
             d_pos=self.d_pos,
             d_neg=self.d_neg,
-            return_attention=True,
+            return_attention=log_attention_now,
         )
+        nce_loss = result[0] if log_attention_now else result
         self._record_loss(nce_loss)
         # Same key as solo-learn's SimCLR, so both methods share dashboards.
         self.log("train_nce_loss", nce_loss, on_epoch=True, sync_dist=True)
-        log_attention(self, attention_stats(weights))
+        if log_attention_now:
+            log_attention(self, attention_stats(result[1]))
         global_images = world_size() * int(indexes.shape[0])
         per_image = 1 if self.anchor == "mean" else self.num_large_crops
         num_negatives = per_image * global_images - per_image  # all anchors but the image's own
-        log_train_health(self, z[: self.num_large_crops], nce_loss, num_negatives)
+        log_train_health(self, z, nce_loss, num_negatives)
         return nce_loss + out["loss"]
 
 

@@ -34,6 +34,12 @@ class NonFiniteLossError(FloatingPointError):
 #: loss guard (see :class:`FiniteLossGuard`); Lightning's default ``log_every_n_steps`` too.
 DEFAULT_FINITE_CHECK_EVERY = 50
 
+#: Default of ``method_kwargs.attention_log_every``: steps between two computations of the
+#: attention diagnostics. Asking the loss for its attention weights builds the [n, N] validity
+#: mask and the statistics, which cost up to +41 % of the loss's time when done every step
+#: (docs/performance.md); Lightning's per-epoch means are then taken over the logged steps.
+DEFAULT_ATTENTION_LOG_EVERY = 10
+
 #: Keys solo-learn's ``BaseMomentumMethod`` reads under ``momentum:``.
 MOMENTUM_KEYS = ("base_tau", "final_tau", "classifier")
 
@@ -122,6 +128,23 @@ def check_positive_int_kwarg(cfg: omegaconf.DictConfig, key: str) -> int:
     return value
 
 
+def check_bool_kwarg(cfg: omegaconf.DictConfig, key: str) -> bool:
+    """Require ``cfg.method_kwargs[key]`` to be ``true`` or ``false`` and return it.
+
+    A string such as ``"false"`` would be truthy in Python; it is refused rather than read.
+
+    Raises:
+        MethodConfigError: naming ``method_kwargs.<key>`` and the allowed values.
+    """
+    value = cfg.method_kwargs[key]
+    if not isinstance(value, bool):
+        raise MethodConfigError(
+            f"method_kwargs.{key} must be true or false, got {value!r} of type "
+            f"{type(value).__name__}"
+        )
+    return value
+
+
 def check_momentum_cfg(cfg: omegaconf.DictConfig, method: str) -> None:
     """Refuse a MoCo-form config whose ``momentum:`` settings are absent, unknown or out of range.
 
@@ -180,6 +203,23 @@ def check_momentum_cfg(cfg: omegaconf.DictConfig, method: str) -> None:
             raise MethodConfigError(
                 f"momentum.classifier must be True or False, got {momentum.classifier!r}"
             )
+
+
+def check_num_crops(crops: Sequence[torch.Tensor], num_anchors: int, num_positives: int) -> None:
+    """Refuse a batch whose crop count is not the configured anchors + positives.
+
+    solo-learn asserts the count itself; the methods here forward the positives on their own, so
+    they repeat the check with a message that says where the count comes from.
+
+    Raises:
+        ValueError: the batch holds a different number of crops.
+    """
+    if len(crops) != num_anchors + num_positives:
+        raise ValueError(
+            f"the batch holds {len(crops)} crops, but the augmentations configure "
+            f"{num_anchors} anchors + {num_positives} positives; the data pipeline and the model "
+            "were built from different augmentations lists"
+        )
 
 
 class FiniteLossGuard:

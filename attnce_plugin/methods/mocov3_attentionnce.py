@@ -16,18 +16,22 @@ from attnce_plugin.distributed import world_size
 from attnce_plugin.losses import attentionnce_mocov3_loss_func
 from attnce_plugin.methods.attentionnce import log_attention
 from attnce_plugin.methods.common import (
+    DEFAULT_ATTENTION_LOG_EVERY,
     DEFAULT_FINITE_CHECK_EVERY,
     FiniteLossGuard,
     RepresentationHealth,
     apply_crop_layout,
+    check_bool_kwarg,
     check_choice_kwarg,
     check_method_kwargs,
     check_momentum_cfg,
+    check_num_crops,
     check_positive_int_kwarg,
     check_positive_kwargs,
     log_train_health,
     mean_stats,
 )
+from attnce_plugin.methods.positives import forward_crops
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,11 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
             finite_check_every (int): batches between host-side checks that the loss is finite
                 (default 50; also at each epoch's last batch); see
                 :class:`~attnce_plugin.methods.common.FiniteLossGuard`.
+            batch_positives (bool): send the positive crops of one size through the momentum
+                network as one batch of M*b images instead of M batches of b (default false).
+                Faster; the momentum BatchNorm then normalises the positives over M*b images.
+            attention_log_every (int): batches between two computations of the ``train_attn_*``
+                diagnostics (default 10; every epoch's first batch is logged).
         momentum:
             base_tau, final_tau (float): required, 0 <= base_tau <= final_tau <= 1 (solo-learn
                 would silently default them).
@@ -84,6 +93,8 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         "d_pos",
         "d_neg",
         "finite_check_every",
+        "batch_positives",
+        "attention_log_every",
     )
     # Build every backbone as solo-learn builds it for method "mocov3" (the MoCo v3 ViT).
     _BACKBONES = {name: _mocov3_backbone(f) for name, f in BaseMethod._BACKBONES.items()}
@@ -93,6 +104,8 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         self.loss_name: str = cfg.method_kwargs.loss
         self.d_pos: float = float(cfg.method_kwargs.d_pos)
         self.d_neg: float = float(cfg.method_kwargs.d_neg)
+        self.batch_positives: bool = bool(cfg.method_kwargs.batch_positives)
+        self.attention_log_every: int = int(cfg.method_kwargs.attention_log_every)
         self._init_finite_guard(cfg.method_kwargs.finite_check_every)
         self._init_repr_health()
 
@@ -134,11 +147,15 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
                 "d_pos": 1.0,
                 "d_neg": 1.0,
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
+                "batch_positives": False,
+                "attention_log_every": DEFAULT_ATTENTION_LOG_EVERY,
             },
         )
         check_choice_kwarg(cfg, name, "loss", LOSSES)
         check_positive_kwargs(cfg, ("temperature", "d_pos", "d_neg"))
         check_positive_int_kwarg(cfg, "finite_check_every")
+        check_positive_int_kwarg(cfg, "attention_log_every")
+        check_bool_kwarg(cfg, "batch_positives")
         apply_crop_layout(cfg, require_positives=cfg.method_kwargs.loss == "attentionnce")
         return cfg
 
@@ -154,6 +171,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         """
         indexes, crops, targets = batch
         crops = [crops] if isinstance(crops, torch.Tensor) else list(crops)
+        check_num_crops(crops, self.num_large_crops, self.num_positive_crops)
         anchors_batch = [indexes, crops[: self.num_large_crops], targets]
         if self.loss_name == "mocov3":
             total = super().training_step(anchors_batch, batch_idx)
@@ -165,23 +183,26 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         out = BaseMomentumMethod.training_step(self, anchors_batch, batch_idx)
         queries, keys = out["q"], out["momentum_k"]
         # momentum_forward is no_grad: the positives' keys are targets, like MoCo's keys.
-        positive_keys = torch.stack(
-            [self.momentum_forward(x)["k"] for x in crops[self.num_large_crops :]], dim=1
-        )  # [b, M, d]
+        positive_outs = forward_crops(
+            self.momentum_forward, crops[self.num_large_crops :], self.batch_positives
+        )
+        positive_keys = torch.stack([o["k"] for o in positive_outs], dim=1)  # [b, M, d]
 
-        loss_a, weights_a = attentionnce_mocov3_loss_func(
-            queries[0], keys[1], positive_keys, self.temperature, self.d_pos, self.d_neg,
-            return_attention=True,
-        )
-        loss_b, weights_b = attentionnce_mocov3_loss_func(
-            queries[1], keys[0], positive_keys, self.temperature, self.d_pos, self.d_neg,
-            return_attention=True,
-        )
-        contrastive_loss = loss_a + loss_b
+        log_attention_now = batch_idx % self.attention_log_every == 0
+        results = [
+            attentionnce_mocov3_loss_func(
+                queries[q], keys[k], positive_keys, self.temperature, self.d_pos, self.d_neg,
+                return_attention=log_attention_now,
+            )
+            for q, k in ((0, 1), (1, 0))
+        ]
+        losses = [r[0] for r in results] if log_attention_now else results
+        contrastive_loss = losses[0] + losses[1]
         self._record_loss(contrastive_loss)
         # Same key as solo-learn's MoCo v3, so both losses share dashboards.
         self.log("train_contrastive_loss", contrastive_loss, on_epoch=True, sync_dist=True)
-        log_attention(self, mean_stats([attention_stats(weights_a), attention_stats(weights_b)]))
+        if log_attention_now:
+            log_attention(self, mean_stats([attention_stats(r[1]) for r in results]))
         # In nats per query (the 2 * tau scale divided out, mean of the two symmetric terms);
         # each query's negatives are the other images' keys.
         nce_nats = contrastive_loss.detach() / (2 * self.temperature) / 2

@@ -1,0 +1,178 @@
+"""``method_kwargs.batch_positives`` and ``attention_log_every`` of both methods.
+
+References: the positive crops forwarded one by one through the same network (what solo-learn
+does), and ``torch.cat`` + one forward written out here. Need solo-learn >= 1.0.6; FAIL (not
+skip) without it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import pytest
+import torch
+import torch.nn as nn
+
+from attnce_plugin.solo_compat import require_solo
+
+require_solo()
+
+from attnce_plugin.losses import attentionnce_loss_func  # noqa: E402
+from attnce_plugin.methods import AttentionNCE, MethodConfigError, MoCoV3AttentionNCE  # noqa: E402
+from attnce_plugin.methods.positives import forward_crops, group_by_shape  # noqa: E402
+from conftest import compose_pretrain_cfg  # noqa: E402
+
+
+class _Net(nn.Module):
+    """conv + BatchNorm + pooling: a BatchNorm whose batch statistics batching changes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        feats = self.bn(self.conv(x)).mean(dim=(2, 3))
+        return {"feats": feats, "z": feats * 2}
+
+
+def _crops(sizes: Sequence[int], b: int = 3) -> List[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(b, 3, s, s, generator=g) for s in sizes]
+
+
+def test_group_by_shape_keeps_first_appearance_order():
+    assert group_by_shape(_crops([8, 8, 6, 8, 6])) == [[0, 1, 3], [2, 4]]
+    assert group_by_shape([]) == []
+
+
+def test_unbatched_is_one_call_per_crop():
+    net = _Net().train()
+    crops = _crops([8, 6, 8])
+    got = forward_crops(net, crops, batched=False)
+    for crop, out in zip(crops, got):
+        want = _Net().train()(crop)
+        torch.testing.assert_close(out["z"], want["z"])
+
+
+def test_batched_equals_one_forward_of_the_concatenation_per_size():
+    crops = _crops([8, 6, 8, 8])
+    got = forward_crops(_Net().train(), crops, batched=True)
+    big = _Net().train()(torch.cat([crops[0], crops[2], crops[3]]))
+    small = _Net().train()(crops[1])
+    for i, j in ((0, 0), (2, 1), (3, 2)):
+        torch.testing.assert_close(got[i]["feats"], big["feats"][3 * j: 3 * j + 3])
+        torch.testing.assert_close(got[i]["z"], big["z"][3 * j: 3 * j + 3])
+    torch.testing.assert_close(got[1]["z"], small["z"])
+    # Train-mode BatchNorm: batching changes the statistics, hence the outputs (the documented
+    # trade-off); in eval mode (running statistics) both are the same function.
+    per_crop = forward_crops(_Net().train(), crops, batched=False)
+    assert not torch.allclose(per_crop[0]["z"], got[0]["z"])
+    eval_batched = forward_crops(_Net().eval(), crops, batched=True)
+    eval_single = forward_crops(_Net().eval(), crops, batched=False)
+    for a, b in zip(eval_batched, eval_single):
+        torch.testing.assert_close(a["z"], b["z"])
+
+
+# --------------------------------------------------------------------------- the methods
+
+
+def _batch(sizes: Sequence[int], b: int = 4):
+    g = torch.Generator().manual_seed(2)
+    crops = [torch.randn(b, 3, s, s, generator=g) for s in sizes]
+    return [torch.arange(b), crops, torch.randint(0, 5, (b,), generator=g)]
+
+
+def _positive_z(model, crops: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.stack([model.multicrop_forward(x)["z"] for x in crops], dim=1)
+
+
+@pytest.mark.parametrize("config", ["attentionnce.yaml", "attentionnce_multicrop.yaml"])
+def test_attentionnce_batched_loss_matches_concatenated_forward(config, tiny_image_folder):
+    train = tiny_image_folder["train"]
+    model = AttentionNCE(compose_pretrain_cfg(config, train, ["+method_kwargs.batch_positives=true"]))
+    assert model.batch_positives is True
+    model.train()
+    batch = _batch([32, 32] + [32 if config == "attentionnce.yaml" else 16] * 4)
+    torch.manual_seed(0)
+    snapshot = {k: v.clone() for k, v in model.state_dict().items()}
+    loss = model.training_step(batch, 1)
+
+    # Reference: same weights, anchors one crop at a time, the 4 positives as ONE forward call.
+    model.load_state_dict(snapshot)
+    anchors = torch.cat([model(x)["z"] for x in batch[1][:2]])
+    pos = model.multicrop_forward(torch.cat(batch[1][2:]))["z"].reshape(4, 4, -1).transpose(0, 1)
+    want = attentionnce_loss_func(anchors, pos, batch[0], model.temperature, model.d_pos, model.d_neg)
+    classifier = sum(
+        nn.functional.cross_entropy(model(x)["logits"], batch[2]) for x in batch[1][:2]
+    ) / 2
+    model.load_state_dict(snapshot)
+    assert loss.item() == pytest.approx((want + classifier).item(), rel=1e-5)
+
+
+def test_attentionnce_batched_equals_per_crop_in_eval_mode(tiny_image_folder):
+    """With BatchNorm on running statistics, batching is only a scheduling change."""
+    train = tiny_image_folder["train"]
+    losses = []
+    for flag in ("false", "true"):
+        torch.manual_seed(0)
+        cfg = compose_pretrain_cfg("attentionnce.yaml", train, [f"+method_kwargs.batch_positives={flag}"])
+        model = AttentionNCE(cfg).eval()
+        with torch.no_grad():
+            losses.append(model.training_step(_batch([32] * 6), 0).item())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+
+
+def test_moco_form_batches_the_momentum_positives(tiny_image_folder, monkeypatch):
+    train = tiny_image_folder["train"]
+    cfg = compose_pretrain_cfg("mocov3_attentionnce.yaml", train, ["+method_kwargs.batch_positives=true"])
+    model = MoCoV3AttentionNCE(cfg).train()
+    calls: List[int] = []
+    original = model.momentum_forward
+
+    def counting(x: torch.Tensor):
+        calls.append(int(x.shape[0]))
+        return original(x)
+
+    monkeypatch.setattr(model, "momentum_forward", counting)
+    loss = model.training_step(_batch([32] * 6), 0)
+    assert torch.isfinite(loss)
+    # 2 anchor keys of 4 images each, then the 4 positives as one call of 16 images.
+    assert calls == [4, 4, 16]
+
+
+@pytest.mark.parametrize("cls,config", [(AttentionNCE, "attentionnce.yaml"),
+                                        (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml")])
+def test_attention_diagnostics_every_k_batches(cls, config, tiny_image_folder, monkeypatch):
+    train = tiny_image_folder["train"]
+    model = cls(compose_pretrain_cfg(config, train, ["+method_kwargs.attention_log_every=3"])).train()
+    assert model.attention_log_every == 3
+    logged: List[str] = []
+    monkeypatch.setattr(model, "log", lambda name, *a, **k: logged.append(name))
+    monkeypatch.setattr(model, "log_dict", lambda d, *a, **k: logged.extend(d))
+    for batch_idx in range(4):
+        logged.clear()
+        model.training_step(_batch([32] * 6), batch_idx)
+        has_attention = any(name.startswith("train_attn_") for name in logged)
+        assert has_attention == (batch_idx % 3 == 0), (batch_idx, logged)
+        assert "train_attn_eff_num_positives" in logged or not has_attention
+
+
+def test_defaults_and_refusals(tiny_image_folder):
+    train = tiny_image_folder["train"]
+    model = AttentionNCE(compose_pretrain_cfg("attentionnce.yaml", train))
+    assert model.batch_positives is False and model.attention_log_every == 10
+    cfg = compose_pretrain_cfg("attentionnce.yaml", train, ["+method_kwargs.batch_positives=yes"])
+    with pytest.raises(MethodConfigError, match="method_kwargs.batch_positives must be true or false, got 'yes'"):
+        AttentionNCE(cfg)
+    cfg = compose_pretrain_cfg("mocov3_attentionnce.yaml", train, ["+method_kwargs.attention_log_every=0"])
+    with pytest.raises(MethodConfigError, match="method_kwargs.attention_log_every must be an integer >= 1"):
+        MoCoV3AttentionNCE(cfg)
+
+
+def test_wrong_crop_count_is_named(tiny_image_folder):
+    model = AttentionNCE(compose_pretrain_cfg("attentionnce.yaml", Path(tiny_image_folder["train"])))
+    with pytest.raises(ValueError, match="holds 5 crops, but the augmentations configure 2 anchors \\+ 4 positives"):
+        model.training_step(_batch([32] * 5), 0)
