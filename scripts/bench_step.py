@@ -17,6 +17,8 @@ Methods timed, all resnet18 with solo-learn's ImageNet stem (``data.dataset: cus
 * ``attentionnce M=4 small``: 2 anchors + M positives of ``--small-size`` px;
 * ``mocov3``: 2 crops, online + momentum networks;
 * ``mocov3_attentionnce M=4 full``: 2 anchors + M positive crops through the momentum network;
+* rows marked ``compiled`` (only with ``--compile``): ``method_kwargs.compile: true``, backbone and
+  projector compiled with ``torch.compile`` (the warm-up steps include the compilation);
 * rows marked ``batched`` (skip with ``--no-batched-positives``): the same methods with
   ``method_kwargs.batch_positives: true``, which sends the M positive crops through the network as
   one batch (see :mod:`attnce_plugin.methods.positives`).
@@ -207,6 +209,15 @@ def build_runners(
             (f"mocov3_attentionnce M={m} full, batched", "mocov3_attentionnce",
              {**moco_attn_kw, **batched_kw}, full_crops, True, views, views, "mocov3"),
         ]
+    if args.compile:
+        compiled_kw = {"compile": True}
+        specs += [
+            (f"attentionnce M={m} full, compiled", "attentionnce", {**attn_kw, **compiled_kw},
+             full_crops, False, views, views, "simclr"),
+            (f"attentionnce M={m} small, batched, compiled", "attentionnce",
+             {**attn_kw, **batched_kw, **compiled_kw}, small_crops, False, views, pixel_ratio,
+             "simclr"),
+        ]
     runners = {}
     for name, method, kwargs, crops, momentum, view_ratio, pix_ratio, ref in specs:
         accelerator = "gpu" if device.type == "cuda" else "cpu"
@@ -241,6 +252,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--attention-log-every", type=int, default=10,
         help="method_kwargs.attention_log_every of the AttentionNCE rows (default 10, the methods' "
         "default; 1 = diagnostics every step)",
+    )
+    parser.add_argument(
+        "--compile", action="store_true",
+        help="add rows with method_kwargs.compile: true (torch.compile; compiled during warm-up, "
+        "which takes about a minute per model and crop size on a small CPU)",
     )
     parser.add_argument("--out", type=Path, default=None, help="also write the table to this file")
     args = parser.parse_args(argv)

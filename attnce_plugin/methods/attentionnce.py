@@ -27,6 +27,7 @@ from attnce_plugin.methods.common import (
     check_positive_kwargs,
     log_train_health,
 )
+from attnce_plugin.methods.compiling import compile_submodules
 from attnce_plugin.methods.positives import forward_crops
 
 #: Values of ``method_kwargs.anchor`` (see :class:`AttentionNCE`).
@@ -89,6 +90,8 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
                 positives over M*b images; see :mod:`attnce_plugin.methods.positives`.
             attention_log_every (int): batches between two computations of the ``train_attn_*``
                 diagnostics (default 10; 1 = every batch; every epoch's first batch is logged).
+            compile (bool): ``torch.compile`` the backbone and projector in place (default false;
+                checkpoints keep their keys); see :mod:`attnce_plugin.methods.compiling`.
         augmentations: the first 2 crops are the anchors, all later crops the positives (see
             :mod:`attnce_plugin.methods.crops`).
 
@@ -112,6 +115,7 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         "finite_check_every",
         "batch_positives",
         "attention_log_every",
+        "compile",
     )
 
     def __init__(self, cfg: omegaconf.DictConfig):
@@ -141,6 +145,8 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
             nn.ReLU(),
             nn.Linear(proj_hidden_dim, proj_output_dim),
         )
+        if cfg.method_kwargs.compile:
+            compile_submodules(self, ("backbone", "projector"))
 
     @staticmethod
     def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
@@ -163,6 +169,7 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
                 "anchor": "views",
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
                 "batch_positives": False,
+                "compile": False,
                 "attention_log_every": DEFAULT_ATTENTION_LOG_EVERY,
             },
         )
@@ -171,6 +178,7 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         check_positive_int_kwarg(cfg, "finite_check_every")
         check_positive_int_kwarg(cfg, "attention_log_every")
         check_bool_kwarg(cfg, "batch_positives")
+        check_bool_kwarg(cfg, "compile")
         apply_crop_layout(cfg, require_positives=True)
         return cfg
 

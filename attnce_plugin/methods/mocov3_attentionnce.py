@@ -31,6 +31,7 @@ from attnce_plugin.methods.common import (
     log_train_health,
     mean_stats,
 )
+from attnce_plugin.methods.compiling import compile_submodules
 from attnce_plugin.methods.positives import forward_crops
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
                 Faster; the momentum BatchNorm then normalises the positives over M*b images.
             attention_log_every (int): batches between two computations of the ``train_attn_*``
                 diagnostics (default 10; every epoch's first batch is logged).
+            compile (bool): ``torch.compile`` the online and momentum networks in place (default
+                false; checkpoints keep their keys); see :mod:`attnce_plugin.methods.compiling`.
         momentum:
             base_tau, final_tau (float): required, 0 <= base_tau <= final_tau <= 1 (solo-learn
                 would silently default them).
@@ -95,6 +98,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         "finite_check_every",
         "batch_positives",
         "attention_log_every",
+        "compile",
     )
     # Build every backbone as solo-learn builds it for method "mocov3" (the MoCo v3 ViT).
     _BACKBONES = {name: _mocov3_backbone(f) for name, f in BaseMethod._BACKBONES.items()}
@@ -122,6 +126,11 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
                 "remove them to save data-loading time",
                 self.num_positive_crops,
             )
+        if cfg.method_kwargs.compile:
+            compile_submodules(
+                self,
+                ("backbone", "projector", "predictor", "momentum_backbone", "momentum_projector"),
+            )
 
     @staticmethod
     def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
@@ -148,6 +157,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
                 "d_neg": 1.0,
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
                 "batch_positives": False,
+                "compile": False,
                 "attention_log_every": DEFAULT_ATTENTION_LOG_EVERY,
             },
         )
@@ -156,6 +166,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         check_positive_int_kwarg(cfg, "finite_check_every")
         check_positive_int_kwarg(cfg, "attention_log_every")
         check_bool_kwarg(cfg, "batch_positives")
+        check_bool_kwarg(cfg, "compile")
         apply_crop_layout(cfg, require_positives=cfg.method_kwargs.loss == "attentionnce")
         return cfg
 
