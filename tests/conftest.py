@@ -58,6 +58,32 @@ def tiny_image_folder(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Pat
     }
 
 
+def write_fake_fashion_mnist(root: Path, train_per_class: int, test_per_class: int) -> Path:
+    """Write the 4 gzipped Fashion-MNIST IDX files with constant 28x28 images: every image of
+    class k has pixel value 20k, labels cycle 0..9 (``n`` per class per split).
+
+    Returns:
+        ``root``, usable as ``prepare_fashion_mnist(source=...)`` or ``$FASHION_MNIST_DIR``.
+    """
+    import gzip
+    import struct
+
+    import numpy as np
+
+    def write_idx(path: Path, array: np.ndarray) -> None:
+        header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(">" + "I" * array.ndim, *array.shape)
+        with gzip.open(path, "wb") as fh:
+            fh.write(header + array.astype(np.uint8).tobytes())
+
+    root.mkdir(parents=True, exist_ok=True)
+    for prefix, per_class in (("train", train_per_class), ("t10k", test_per_class)):
+        labels = np.arange(10 * per_class) % 10
+        images = np.repeat(labels * 20, 28 * 28).reshape(-1, 28, 28)
+        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
+        write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", labels)
+    return root
+
+
 def subprocess_env(threads: int = 2) -> Dict[str, str]:
     """Environment for the script subprocesses: quiet warnings, bounded threads, no wandb."""
     env = dict(os.environ)

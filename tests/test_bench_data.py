@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import struct
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from attnce_plugin.bench.data import (
     read_idx,
     stratified_subset,
 )
+from conftest import write_fake_fashion_mnist
 
 
 def _write_idx(path: Path, array: np.ndarray) -> None:
@@ -27,14 +29,7 @@ def _write_idx(path: Path, array: np.ndarray) -> None:
 @pytest.fixture()
 def fake_fmnist(tmp_path: Path) -> Path:
     """4 IDX files: 30 train and 20 test 28x28 images, 10 classes, pixel value = label * 20."""
-    root = tmp_path / "fmnist"
-    root.mkdir()
-    for prefix, n in (("train", 30), ("t10k", 20)):
-        labels = np.arange(n) % 10
-        images = np.repeat(labels * 20, 28 * 28).reshape(n, 28, 28)
-        _write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
-        _write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", labels)
-    return root
+    return write_fake_fashion_mnist(tmp_path / "fmnist", train_per_class=3, test_per_class=2)
 
 
 def test_read_idx_round_trip(tmp_path: Path) -> None:
@@ -83,3 +78,39 @@ def test_conversion_writes_rgb_32px_folders(fake_fmnist: Path, tmp_path: Path) -
 def test_missing_dataset_says_what_to_install(tmp_path: Path) -> None:
     with pytest.raises(DatasetMissingError, match="apt-get install dataset-fashion-mnist"):
         prepare_fashion_mnist(tmp_path / "cache", 10, 10, source=tmp_path / "nowhere")
+
+
+def test_class_subset_keeps_totals_and_only_those_folders(fake_fmnist: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    splits = prepare_fashion_mnist(tmp_path / "cache", num_train=6, num_val=4, seed=0,
+                                   source=fake_fmnist, classes=[7, 3])
+    root = splits.train.parent
+    # Class ids (sorted) in the cache name and the marker, so each subset has its own cache.
+    assert root.name == "fashion-mnist_32px_train6_val4_seed0_classes3-7"
+    assert json.loads((root / "READY.json").read_text())["classes"] == [3, 7]
+    for folder, per_class in ((splits.train, 3), (splits.val, 2)):
+        # Only the kept classes have folders (solo counts them for data.num_classes), stratified.
+        assert sorted(p.name for p in folder.iterdir()) == ["3_dress", "7_sneaker"]
+        for sub in folder.iterdir():
+            files = list(sub.glob("*.png"))
+            assert len(files) == per_class
+            assert np.asarray(Image.open(files[0]))[16, 16, 0] == 20 * int(sub.name[0])
+
+    # Without classes: the cache name and marker are what they always were (old caches reused).
+    full = prepare_fashion_mnist(tmp_path / "cache", num_train=6, num_val=4, seed=0,
+                                 source=fake_fmnist)
+    assert full.train.parent.name == "fashion-mnist_32px_train6_val4_seed0"
+    assert "classes" not in json.loads((full.train.parent / "READY.json").read_text())
+
+
+@pytest.mark.parametrize("classes", [[3], [3, 3], [3, 10], [-1, 2]])
+def test_class_subset_refuses_bad_ids(fake_fmnist: Path, tmp_path: Path, classes) -> None:
+    with pytest.raises(ValueError, match="distinct label ids in 0..9"):
+        prepare_fashion_mnist(tmp_path / "cache", 4, 4, source=fake_fmnist, classes=classes)
+
+
+def test_class_subset_too_small_for_the_total(fake_fmnist: Path, tmp_path: Path) -> None:
+    # 2 classes x 3 training images cannot give 7; no image of another class fills the gap.
+    with pytest.raises(ValueError, match="subset size 7"):
+        prepare_fashion_mnist(tmp_path / "cache", 7, 4, source=fake_fmnist, classes=[0, 1])

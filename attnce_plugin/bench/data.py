@@ -7,7 +7,9 @@ it as a ``custom`` dataset in ``image_folder`` format, so it is converted once i
 
 The train folder is a class-stratified subset of the 60,000 training images (the CPU budget does
 not allow all of them); the val folder is a stratified subset of the 10,000 test images, so no val
-image was ever seen in pretraining.
+image was ever seen in pretraining. ``classes=`` keeps only some classes (same subset sizes, spread
+over fewer classes), for experiments that vary the number of classes
+(scripts/false_negative_robustness.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -158,11 +160,32 @@ def stratified_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
     return np.sort(picked)
 
 
-def _write_folder(images: np.ndarray, labels: np.ndarray, out: Path, size: int) -> None:
+def _check_classes(classes: Sequence[int]) -> Tuple[int, ...]:
+    """``classes`` sorted, after checking they are distinct Fashion-MNIST label ids (at least 2)."""
+    ids = tuple(sorted(int(c) for c in classes))
+    if len(ids) < 2 or len(set(ids)) != len(ids) or not all(0 <= c < len(CLASS_NAMES) for c in ids):
+        raise ValueError(f"classes={list(classes)}: need at least 2 distinct label ids in "
+                         f"0..{len(CLASS_NAMES) - 1}")
+    return ids
+
+
+def _subset_of_classes(labels: np.ndarray, n: int, seed: int,
+                       classes: Optional[Tuple[int, ...]]) -> np.ndarray:
+    """:func:`stratified_subset` over all labels, or over the items of ``classes`` only."""
+    if classes is None:
+        return stratified_subset(labels, n, seed)
+    pool = np.flatnonzero(np.isin(labels, classes))
+    return pool[stratified_subset(labels[pool], n, seed)]
+
+
+def _write_folder(images: np.ndarray, labels: np.ndarray, out: Path, size: int,
+                  classes: Sequence[int]) -> None:
     from PIL import Image
 
-    for name in CLASS_NAMES:
-        (out / name).mkdir(parents=True, exist_ok=True)
+    # Only the kept classes get a folder: solo-learn counts class folders for data.num_classes
+    # (its online linear classifier) and torchvision's ImageFolder refuses empty ones.
+    for c in classes:
+        (out / CLASS_NAMES[c]).mkdir(parents=True, exist_ok=True)
     for i, (img, label) in enumerate(zip(images, labels)):
         pil = Image.fromarray(img, mode="L")
         if size != pil.width:
@@ -179,6 +202,7 @@ def prepare_fashion_mnist(
     image_size: int = 32,
     seed: int = 0,
     source: Optional[Path] = None,
+    classes: Optional[Sequence[int]] = None,
 ) -> ImageFolderSplits:
     """Convert (once) a Fashion-MNIST subset into image folders that solo-learn reads.
 
@@ -189,18 +213,26 @@ def prepare_fashion_mnist(
         image_size: side of the square RGB PNGs written.
         seed: seed of the subset pick.
         source: folder with the IDX files; defaults to :func:`fashion_mnist_dir`.
+        classes: Fashion-MNIST label ids to keep (None: all 10). ``num_train`` / ``num_val``
+            stay the totals, stratified over the kept classes; only their folders are written,
+            so ImageFolder renumbers them 0..len(classes)-1 in id order.
 
     Returns:
         The two folders and their sizes.
 
     Raises:
         DatasetMissingError: the IDX files are missing (the message says what to install).
+        ValueError: bad ``classes``, or more images asked for than the kept classes hold.
     """
+    ids = None if classes is None else _check_classes(classes)
     name = f"fashion-mnist_{image_size}px_train{num_train}_val{num_val}_seed{seed}"
+    expected: Dict[str, object] = {"format": _CACHE_FORMAT, "num_train": num_train,
+                                   "num_val": num_val, "image_size": image_size, "seed": seed}
+    if ids is not None:  # without classes, names and markers stay as before (existing caches)
+        name += "_classes" + "-".join(map(str, ids))
+        expected["classes"] = list(ids)
     target = Path(cache_root) / name
     marker = target / "READY.json"
-    expected = {"format": _CACHE_FORMAT, "num_train": num_train, "num_val": num_val,
-                "image_size": image_size, "seed": seed}
     if marker.is_file():
         try:
             if json.loads(marker.read_text()) == expected:
@@ -213,10 +245,11 @@ def prepare_fashion_mnist(
     # leaves a half-written folder that a later run would take as complete.
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
+    kept = ids if ids is not None else tuple(range(len(CLASS_NAMES)))
     for split, folder, n in (("train", "train", num_train), ("test", "val", num_val)):
         images, labels = load_fashion_mnist(split, source)
-        idx = stratified_subset(labels, n, seed)
-        _write_folder(images[idx], labels[idx], tmp / folder, image_size)
+        idx = _subset_of_classes(labels, n, seed, ids)
+        _write_folder(images[idx], labels[idx], tmp / folder, image_size, kept)
     (tmp / "READY.json").write_text(json.dumps(expected))
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
