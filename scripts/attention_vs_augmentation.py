@@ -39,7 +39,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from attnce_plugin.attention import positive_attention
+# Run from a checkout without installing: the package is next to this folder.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from attnce_plugin.attention import positive_attention  # noqa: E402
 
 #: Form of each supported method: which networks give the anchor and the positives.
 FORMS = {"attentionnce": "simclr", "simclr": "simclr", "mocov3_attentionnce": "moco"}
