@@ -25,13 +25,18 @@ definition and for checking the fused path against.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 
 #: Added to the negative softmax before scaling by K, as in the published formula. It keeps every
 #: beta strictly positive; it is also why d_neg -> inf gives beta = 1 + K * 1e-6 rather than 1.
 BETA_EPS = 1e-6
+
+
+#: The (anchor, candidate) entries that are not negatives (same dataset index): either
+#: ``(rows [P], cols [P])`` long index pairs or an [n, N] bool mask (True = not a negative).
+NonNegatives = Union[Tuple[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -142,15 +147,14 @@ class _FusedAttentionNCE(torch.autograd.Function):
         anchors: torch.Tensor,
         candidates: torch.Tensor,
         pos_logit: torch.Tensor,
-        invalid_rows: torch.Tensor,
-        invalid_cols: torch.Tensor,
+        invalid: NonNegatives,
         num_valid: torch.Tensor,
         temperature: float,
         d_neg: float,
         return_beta: bool,
     ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         sim = anchors @ candidates.T
-        sim.index_put_((invalid_rows, invalid_cols), sim.new_full((), float("-inf")))
+        fill_non_negatives_(sim, invalid, float("-inf"))
         k = num_valid.to(sim.dtype).unsqueeze(1)
         empty = (num_valid == 0).unsqueeze(1)
         # A row without negatives is all -inf; shift it by 0 instead of -inf (no NaN), and give it
@@ -164,7 +168,7 @@ class _FusedAttentionNCE(torch.autograd.Function):
         beta: Optional[torch.Tensor] = None
         if return_beta:
             beta = beta_t * temperature
-            beta.index_put_((invalid_rows, invalid_cols), beta.new_zeros(()))
+            fill_non_negatives_(beta, invalid, 0.0)
             beta.masked_fill_(empty, 0.0)
         logits = sim.mul_(beta_t)  # beta * S / tau, -inf where invalid
         row_max = torch.maximum(logits.amax(dim=1), pos_logit)
@@ -189,15 +193,14 @@ class _FusedAttentionNCE(torch.autograd.Function):
         grad_anchors = grad_sim @ candidates if ctx.needs_input_grad[0] else None
         grad_candidates = grad_sim.T @ anchors if ctx.needs_input_grad[1] else None
         grad_pos = grad_loss * (pos_exp / sumexp - 1.0) if ctx.needs_input_grad[2] else None
-        return grad_anchors, grad_candidates, grad_pos, None, None, None, None, None, None
+        return grad_anchors, grad_candidates, grad_pos, None, None, None, None, None
 
 
 def fused_attention_nce(
     anchors: torch.Tensor,
     candidates: torch.Tensor,
     pos_logit: torch.Tensor,
-    invalid_rows: torch.Tensor,
-    invalid_cols: torch.Tensor,
+    invalid: NonNegatives,
     num_valid: torch.Tensor,
     temperature: float,
     d_neg: float,
@@ -206,8 +209,8 @@ def fused_attention_nce(
     """Per-anchor AttentionNCE loss, negatives and beta computed inside one autograd node.
 
     Equal (up to fp rounding) to ``attention_nce(pos_logit, S, negative_attention(S, valid, d_neg),
-    valid, temperature)`` with ``S = anchors @ candidates.T`` and ``valid`` False exactly at
-    ``(invalid_rows, invalid_cols)``, but with about half the passes over [n, N] and one [n, N]
+    valid, temperature)`` with ``S = anchors @ candidates.T`` and ``valid`` False exactly at the
+    entries ``invalid`` names, but with about half the passes over [n, N] and one [n, N]
     tensor kept for backward. Beta is held constant in backward (stop-gradient). Not twice
     differentiable.
 
@@ -215,9 +218,9 @@ def fused_attention_nce(
         anchors: [n, d] unit anchors (carry the gradient).
         candidates: [N, d] unit candidates (with or without gradient).
         pos_logit: [n] prototype logits (see :func:`prototype_logit`).
-        invalid_rows: [P] long, row of each (anchor, candidate) pair that is not a negative.
-        invalid_cols: [P] long, its column; pairs must be distinct.
-        num_valid: [n] long, K of each row = N minus its number of invalid pairs.
+        invalid: the (anchor, candidate) entries that are not negatives: ``(rows [P], cols [P])``
+            long index pairs (distinct), or an [n, N] bool mask (see :data:`NonNegatives`).
+        num_valid: [n] long, K of each row = N minus its number of invalid entries.
         temperature: tau > 0.
         d_neg: negative-attention scale > 0.
         return_beta: also return beta [n, N] (detached; 0 where invalid).
@@ -226,8 +229,7 @@ def fused_attention_nce(
         ``(loss [n], beta [n, N] or None)``.
     """
     return _FusedAttentionNCE.apply(
-        anchors, candidates, pos_logit, invalid_rows, invalid_cols, num_valid, temperature, d_neg,
-        return_beta,
+        anchors, candidates, pos_logit, invalid, num_valid, temperature, d_neg, return_beta
     )
 
 
@@ -258,13 +260,60 @@ def index_match_pairs(
     return rows, cols, all_idx.numel() - count
 
 
-def valid_from_pairs(
-    invalid_rows: torch.Tensor, invalid_cols: torch.Tensor, n: int, total: int
-) -> torch.Tensor:
-    """[n, total] bool mask, True everywhere except at the given (row, col) pairs."""
-    valid = torch.ones(n, total, dtype=torch.bool, device=invalid_rows.device)
-    valid[invalid_rows, invalid_cols] = False
-    return valid
+def index_match_mask(
+    local_idx: torch.Tensor, all_idx: torch.Tensor
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[n, N] bool mask of ``local_idx[r] == all_idx[c]``, and K per row; no host sync.
+
+    :func:`index_match_pairs` needs the number of matches on the host (``repeat_interleave``),
+    which makes a GPU stream wait once per call; this comparison queues without waiting, at the
+    price of an [n, N] bool tensor (a quarter of the fp32 similarity matrix).
+
+    Args:
+        local_idx: [n] dataset index of each anchor row.
+        all_idx: [N] dataset index of each candidate column.
+
+    Returns:
+        ``(invalid [n, N] bool, num_valid [n] long)``.
+    """
+    invalid = local_idx.unsqueeze(1) == all_idx.unsqueeze(0)
+    return invalid, all_idx.numel() - invalid.sum(dim=1)
+
+
+#: Device types on which the SimCLR form builds its non-negatives as a dense [n, N] mask
+#: (:func:`index_match_mask`, sync-free) instead of index pairs (:func:`index_match_pairs`,
+#: O(matches) memory, one host sync per call).
+DENSE_MASK_DEVICES: Tuple[str, ...] = ("cuda",)
+
+
+def non_negatives(
+    local_idx: torch.Tensor, all_idx: torch.Tensor
+) -> Tuple[NonNegatives, torch.Tensor]:
+    """The entries with equal dataset indexes (not negatives), in the form suited to the device.
+
+    Returns:
+        ``(invalid, num_valid [n])``: a [n, N] bool mask on :data:`DENSE_MASK_DEVICES`, else
+        ``(rows, cols)`` index pairs.
+    """
+    if local_idx.device.type in DENSE_MASK_DEVICES:
+        return index_match_mask(local_idx, all_idx)
+    rows, cols, num_valid = index_match_pairs(local_idx, all_idx)
+    return (rows, cols), num_valid
+
+
+def fill_non_negatives_(t: torch.Tensor, invalid: NonNegatives, value: float) -> torch.Tensor:
+    """Write ``value`` into [n, N] ``t`` at the entries ``invalid`` names, in place."""
+    if isinstance(invalid, torch.Tensor):
+        return t.masked_fill_(invalid, value)
+    return t.index_put_(invalid, t.new_full((), value))
+
+
+def valid_from_invalid(invalid: NonNegatives, n: int, total: int) -> torch.Tensor:
+    """[n, total] bool mask, True everywhere except at the entries ``invalid`` names."""
+    if isinstance(invalid, torch.Tensor):
+        return ~invalid
+    valid = torch.ones(n, total, dtype=torch.bool, device=invalid[0].device)
+    return fill_non_negatives_(valid, invalid, False)
 
 
 @torch.no_grad()

@@ -42,6 +42,28 @@ def test_simclr_form_matches_reference(b, m, d, tau, d_pos, d_neg):
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("b,m,d,tau,d_pos,d_neg", SETTINGS)
+def test_simclr_form_dense_mask_path_matches_reference(b, m, d, tau, d_pos, d_neg, monkeypatch):
+    """The GPU path (non-negatives as a dense mask, no host sync), forced on this CPU."""
+    import attnce_plugin.attention as head
+
+    anchors, positives, indexes = _inputs(b, m, d)
+    pairs_anchors = anchors.clone().requires_grad_(True)
+    attentionnce_loss_func(pairs_anchors, positives, indexes, tau, d_pos, d_neg).backward()
+
+    monkeypatch.setattr(head, "DENSE_MASK_DEVICES", ("cpu", "cuda"))
+    dense_anchors = anchors.clone().requires_grad_(True)
+    got, weights = attentionnce_loss_func(dense_anchors, positives, indexes, tau, d_pos, d_neg,
+                                          return_attention=True)
+    want = reference.simclr_form(anchors, positives, indexes, tau, d_pos, d_neg)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    local = indexes.repeat(2)
+    torch.testing.assert_close(weights.valid, local[:, None] != local[None, :])
+    # Gradients: the same as the index-pair path's (checked against the formula elsewhere).
+    got.backward()
+    torch.testing.assert_close(dense_anchors.grad, pairs_anchors.grad, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("views", [1, 3])
 def test_simclr_form_other_view_counts(views):
     anchors, positives, indexes = _inputs(5, 3, 8, views=views)
@@ -287,14 +309,17 @@ def test_mocov3_form_shape_errors_show_shapes():
         attentionnce_mocov3_loss_func(torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 2, 7))
 
 
-def test_fused_node_equals_op_by_op_head():
-    """The fused autograd node the losses use against the head's op-by-op definition."""
+@pytest.mark.parametrize("form", ["pairs", "mask"])
+def test_fused_node_equals_op_by_op_head(form):
+    """The fused autograd node the losses use against the head's op-by-op definition, with the
+    non-negatives given as index pairs (CPU path) or as a dense mask (GPU path)."""
     from attnce_plugin.attention import (
         attention_nce,
         fused_attention_nce,
+        index_match_mask,
         index_match_pairs,
         negative_attention,
-        valid_from_pairs,
+        valid_from_invalid,
     )
 
     g = torch.Generator().manual_seed(9)
@@ -304,12 +329,17 @@ def test_fused_node_equals_op_by_op_head():
     all_idx = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8] * 2)
     all_idx[-1] = 0  # a sample repeated on "another process"
     pos_logit = torch.randn(12, generator=g)
-    rows, cols, num_valid = index_match_pairs(local_idx, all_idx)
-    valid = valid_from_pairs(rows, cols, 12, 18)
+    if form == "pairs":
+        rows, cols, num_valid = index_match_pairs(local_idx, all_idx)
+        invalid = (rows, cols)
+    else:
+        invalid, num_valid = index_match_mask(local_idx, all_idx)
+    valid = valid_from_invalid(invalid, 12, 18)
     torch.testing.assert_close(valid, local_idx[:, None] != all_idx[None, :])
+    torch.testing.assert_close(num_valid, valid.sum(dim=1))
 
     a1, c1, p1 = (t.clone().requires_grad_(True) for t in (a, cand, pos_logit))
-    fused, beta = fused_attention_nce(a1, c1, p1, rows, cols, num_valid, 0.1, 0.05, True)
+    fused, beta = fused_attention_nce(a1, c1, p1, invalid, num_valid, 0.1, 0.05, True)
     a2, c2, p2 = (t.clone().requires_grad_(True) for t in (a, cand, pos_logit))
     sim = a2 @ c2.T
     beta_ref = negative_attention(sim, valid, 0.05)

@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from attnce_plugin.attention import (
     AttentionWeights,
     fused_attention_nce,
-    index_match_pairs,
+    non_negatives,
     positive_attention,
     prototype_logit,
-    valid_from_pairs,
+    valid_from_invalid,
 )
 from attnce_plugin.checks import check_positive_finite, check_shape
 from attnce_plugin.distributed import gather_no_grad, gather_with_grad
@@ -83,14 +83,15 @@ def attentionnce_loss_func(
         local_idx = indexes.repeat(num_views)
         all_idx = gather_no_grad(local_idx)
         all_anchors = gather_with_grad(a)
-        # Masks by index, as (row, col) pairs of same-image entries: no [n, N] comparison.
-        rows, cols, num_valid = index_match_pairs(local_idx, all_idx)
+        # Masks by index: (row, col) pairs of same-image entries on CPU (no [n, N] comparison),
+        # a dense mask on GPU (no host sync).
+        invalid, num_valid = non_negatives(local_idx, all_idx)
         per_anchor, beta = fused_attention_nce(
-            a, all_anchors, pos_logit, rows, cols, num_valid, temperature, d_neg, return_attention
+            a, all_anchors, pos_logit, invalid, num_valid, temperature, d_neg, return_attention
         )
         loss = per_anchor.mean()
 
     if return_attention:
-        valid = valid_from_pairs(rows, cols, a.shape[0], all_idx.shape[0])
+        valid = valid_from_invalid(invalid, a.shape[0], all_idx.shape[0])
         return loss, AttentionWeights(alpha=alpha, beta=beta, valid=valid)
     return loss

@@ -13,7 +13,7 @@ from attnce_plugin.attention import (
     fused_attention_nce,
     positive_attention,
     prototype_logit,
-    valid_from_pairs,
+    valid_from_invalid,
 )
 from attnce_plugin.checks import check_positive_finite, check_shape
 from attnce_plugin.distributed import gather_no_grad, rank
@@ -86,11 +86,11 @@ def attentionnce_mocov3_loss_func(
         all_keys = gather_no_grad(k)
         rows, cols, num_valid = _own_key_pairs(b, all_keys.shape[0], rank() * b, q.device)
         per_query, beta = fused_attention_nce(
-            q, all_keys, pos_logit, rows, cols, num_valid, temperature, d_neg, return_attention
+            q, all_keys, pos_logit, (rows, cols), num_valid, temperature, d_neg, return_attention
         )
         loss = per_query.mean() * (2 * temperature)
 
     if return_attention:
-        valid = valid_from_pairs(rows, cols, b, all_keys.shape[0])
+        valid = valid_from_invalid((rows, cols), b, all_keys.shape[0])
         return loss, AttentionWeights(alpha=alpha, beta=beta, valid=valid)
     return loss
