@@ -2,9 +2,9 @@
 """What ``method_kwargs.batch_positives: true`` does to accuracy and training time.
 
 Runs the benchmark (``python3 -m attnce_plugin.bench``, solo-learn's ``main_pretrain.py`` on the
-embedded Fashion-MNIST subset) for AttentionNCE (M = 4) four times: positives at the anchors'
+embedded Fashion-MNIST subset) for AttentionNCE (M = 4) six times: positives at the anchors'
 size or at ``--small-size`` px, each with the positives forwarded per crop (solo-learn's way) or
-batched. Same seeds, data and budget; SimCLR is run once beside them for scale. Each variant has
+batched, and the small ones also with ``positives_update_bn: false``. Same seeds, data and budget; SimCLR is run once beside them for scale. Each variant has
 its own output folder, so a re-run reuses finished runs. Prints one table: kNN / online linear /
 offline probe accuracy (mean +- std over seeds) and seconds per epoch.
 
@@ -34,14 +34,21 @@ Variant = Tuple[str, str, List[str]]
 
 
 def variants(small_size: int) -> List[Variant]:
-    """The four settings compared."""
+    """The settings compared: positive size x per-crop/batched, and for small positives whether
+    they update BatchNorm's running statistics."""
     batched = ["attentionnce:method_kwargs.batch_positives=true"]
     small = [f"attentionnce:bench.positive_crop_size={small_size}"]
+    frozen = ["attentionnce:method_kwargs.positives_update_bn=false"]
     return [
         ("full_per_crop", "anchor size, per crop", []),
         ("full_batched", "anchor size, batched", batched),
         ("small_per_crop", f"{small_size} px, per crop", small),
         ("small_batched", f"{small_size} px, batched", small + batched),
+        # Small positives kept out of BatchNorm's running statistics (evaluation uses them).
+        ("small_per_crop_bn_frozen", f"{small_size} px, per crop, positives_update_bn=false",
+         small + frozen),
+        ("small_batched_bn_frozen", f"{small_size} px, batched, positives_update_bn=false",
+         small + batched + frozen),
     ]
 
 

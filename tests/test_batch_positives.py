@@ -20,7 +20,11 @@ require_solo()
 
 from attnce_plugin.losses import attentionnce_loss_func  # noqa: E402
 from attnce_plugin.methods import AttentionNCE, MethodConfigError, MoCoV3AttentionNCE  # noqa: E402
-from attnce_plugin.methods.positives import forward_crops, group_by_shape  # noqa: E402
+from attnce_plugin.methods.positives import (  # noqa: E402
+    bn_running_stats_frozen,
+    forward_crops,
+    group_by_shape,
+)
 from conftest import compose_pretrain_cfg  # noqa: E402
 
 
@@ -203,3 +207,48 @@ def test_compile_option_matches_eager_and_keeps_checkpoint_keys(tiny_image_folde
     g0, g1 = grads[0].flatten().double(), grads[1].flatten().double()
     assert float((g1 - g0).norm() / g0.norm()) < 1e-2
     assert float(torch.nn.functional.cosine_similarity(g0, g1, dim=0)) > 0.9999
+
+
+def test_bn_running_stats_frozen_restores_running_statistics_only():
+    net = _Net().train()
+    before = {k: v.clone() for k, v in net.bn.state_dict().items()}
+    x = _crops([8])[0]
+    with bn_running_stats_frozen(net):
+        inside = net(x)["z"]
+    for k, v in net.bn.state_dict().items():
+        torch.testing.assert_close(v, before[k])
+    # Training-mode normalisation inside the block is the usual batch-statistics one.
+    torch.testing.assert_close(inside, _Net().train()(x)["z"])
+    net(x)  # outside the block the running statistics move again
+    assert not torch.allclose(net.bn.running_mean, before["running_mean"])
+
+
+@pytest.mark.parametrize("cls,config", [(AttentionNCE, "attentionnce_multicrop.yaml"),
+                                        (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml")])
+def test_positives_update_bn_false_leaves_running_stats_to_the_anchors(cls, config, tiny_image_folder):
+    """Reference: the same weights, the 2 anchor crops forwarded alone (train mode)."""
+    train = tiny_image_folder["train"]
+    model = cls(compose_pretrain_cfg(config, train, ["+method_kwargs.positives_update_bn=false"])).train()
+    snapshot = {k: v.clone() for k, v in model.state_dict().items()}
+    sizes = [32, 32] + [16 if "multicrop" in config else 32] * 4
+    batch = _batch(sizes)
+    model.training_step(batch, 1)
+    stats = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
+
+    model.load_state_dict(snapshot)
+    with torch.no_grad():
+        for x in batch[1][:2]:
+            model(x)
+            if hasattr(model, "momentum_forward"):
+                model.momentum_forward(x)
+    for k, v in model.state_dict().items():
+        if "running" in k:
+            torch.testing.assert_close(stats[k], v, msg=k)
+    # And with the default, the positives do move them.
+    model.load_state_dict(snapshot)
+    default = cls(compose_pretrain_cfg(config, train)).train()
+    default.load_state_dict(snapshot)
+    default.training_step(batch, 1)
+    moved = [k for k, v in default.state_dict().items() if "running_mean" in k
+             and not torch.allclose(v, model.state_dict()[k])]
+    assert moved

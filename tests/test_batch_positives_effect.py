@@ -13,7 +13,8 @@ _spec.loader.exec_module(bpe)
 
 def test_variants_differ_only_in_the_two_switches(tmp_path: Path) -> None:
     names = [v[0] for v in bpe.variants(12)]
-    assert names == ["full_per_crop", "full_batched", "small_per_crop", "small_batched"]
+    assert names == ["full_per_crop", "full_batched", "small_per_crop", "small_batched",
+                     "small_per_crop_bn_frozen", "small_batched_bn_frozen"]
     sets = {v[0]: v[2] for v in bpe.variants(12)}
     assert sets["full_per_crop"] == []
     assert sets["small_batched"] == ["attentionnce:bench.positive_crop_size=12",

@@ -28,7 +28,7 @@ from attnce_plugin.methods.common import (
     log_train_health,
 )
 from attnce_plugin.methods.compiling import compile_submodules
-from attnce_plugin.methods.positives import forward_crops
+from attnce_plugin.methods.positives import bn_running_stats_frozen, forward_crops
 
 #: Values of ``method_kwargs.anchor`` (see :class:`AttentionNCE`).
 ANCHOR_MODES: Tuple[str, ...] = ("views", "mean")
@@ -88,6 +88,10 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
                 projector as one batch of M*b images instead of M batches of b (default false,
                 solo-learn's per-crop behaviour). Faster, but BatchNorm then normalises the
                 positives over M*b images; see :mod:`attnce_plugin.methods.positives`.
+            positives_update_bn (bool): whether the positive crops' forward passes update
+                BatchNorm's running statistics (default true, solo-learn's behaviour). Set false
+                with positives smaller than the anchors, so that evaluation statistics come from
+                anchor-size crops only; see :func:`~attnce_plugin.methods.positives.bn_running_stats_frozen`.
             attention_log_every (int): batches between two computations of the ``train_attn_*``
                 diagnostics (default 10; 1 = every batch; every epoch's first batch is logged).
             compile (bool): ``torch.compile`` the backbone and projector in place (default false;
@@ -114,6 +118,7 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         "anchor",
         "finite_check_every",
         "batch_positives",
+        "positives_update_bn",
         "attention_log_every",
         "compile",
     )
@@ -126,6 +131,7 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         self.d_neg: float = float(cfg.method_kwargs.d_neg)
         self.anchor: str = str(cfg.method_kwargs.anchor)
         self.batch_positives: bool = bool(cfg.method_kwargs.batch_positives)
+        self.positives_update_bn: bool = bool(cfg.method_kwargs.positives_update_bn)
         self.attention_log_every: int = int(cfg.method_kwargs.attention_log_every)
         self._init_finite_guard(cfg.method_kwargs.finite_check_every)
         self._init_repr_health()
@@ -169,6 +175,7 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
                 "anchor": "views",
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
                 "batch_positives": False,
+                "positives_update_bn": True,
                 "compile": False,
                 "attention_log_every": DEFAULT_ATTENTION_LOG_EVERY,
             },
@@ -178,6 +185,7 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         check_positive_int_kwarg(cfg, "finite_check_every")
         check_positive_int_kwarg(cfg, "attention_log_every")
         check_bool_kwarg(cfg, "batch_positives")
+        check_bool_kwarg(cfg, "positives_update_bn")
         check_bool_kwarg(cfg, "compile")
         apply_crop_layout(cfg, require_positives=True)
         return cfg
@@ -231,9 +239,10 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         # Anchors first, as solo-learn orders them (BatchNorm running statistics see them first).
         out = super().training_step([indexes, crops[: self.num_large_crops], targets], batch_idx)
         z = out["z"]
-        positive_outs = forward_crops(
-            self.multicrop_forward, crops[self.num_large_crops :], self.batch_positives
-        )
+        with bn_running_stats_frozen(self, not self.positives_update_bn):
+            positive_outs = forward_crops(
+                self.multicrop_forward, crops[self.num_large_crops :], self.batch_positives
+            )
         if self.anchor == "mean":
             anchors = mean_anchor(z)  # [b, d], one anchor per image
         else:

@@ -32,7 +32,7 @@ from attnce_plugin.methods.common import (
     mean_stats,
 )
 from attnce_plugin.methods.compiling import compile_submodules
-from attnce_plugin.methods.positives import forward_crops
+from attnce_plugin.methods.positives import bn_running_stats_frozen, forward_crops
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,10 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
             batch_positives (bool): send the positive crops of one size through the momentum
                 network as one batch of M*b images instead of M batches of b (default false).
                 Faster; the momentum BatchNorm then normalises the positives over M*b images.
+            positives_update_bn (bool): whether the positive crops' forward passes update
+                BatchNorm's running statistics (default true, solo-learn's behaviour). Set false
+                with positives smaller than the anchors, so that evaluation statistics come from
+                anchor-size crops only; see :func:`~attnce_plugin.methods.positives.bn_running_stats_frozen`.
             attention_log_every (int): batches between two computations of the ``train_attn_*``
                 diagnostics (default 10; every epoch's first batch is logged).
             compile (bool): ``torch.compile`` the online and momentum networks in place (default
@@ -97,6 +101,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         "d_neg",
         "finite_check_every",
         "batch_positives",
+        "positives_update_bn",
         "attention_log_every",
         "compile",
     )
@@ -109,6 +114,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         self.d_pos: float = float(cfg.method_kwargs.d_pos)
         self.d_neg: float = float(cfg.method_kwargs.d_neg)
         self.batch_positives: bool = bool(cfg.method_kwargs.batch_positives)
+        self.positives_update_bn: bool = bool(cfg.method_kwargs.positives_update_bn)
         self.attention_log_every: int = int(cfg.method_kwargs.attention_log_every)
         self._init_finite_guard(cfg.method_kwargs.finite_check_every)
         self._init_repr_health()
@@ -157,6 +163,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
                 "d_neg": 1.0,
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
                 "batch_positives": False,
+                "positives_update_bn": True,
                 "compile": False,
                 "attention_log_every": DEFAULT_ATTENTION_LOG_EVERY,
             },
@@ -166,6 +173,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         check_positive_int_kwarg(cfg, "finite_check_every")
         check_positive_int_kwarg(cfg, "attention_log_every")
         check_bool_kwarg(cfg, "batch_positives")
+        check_bool_kwarg(cfg, "positives_update_bn")
         check_bool_kwarg(cfg, "compile")
         apply_crop_layout(cfg, require_positives=cfg.method_kwargs.loss == "attentionnce")
         return cfg
@@ -194,9 +202,10 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         out = BaseMomentumMethod.training_step(self, anchors_batch, batch_idx)
         queries, keys = out["q"], out["momentum_k"]
         # momentum_forward is no_grad: the positives' keys are targets, like MoCo's keys.
-        positive_outs = forward_crops(
-            self.momentum_forward, crops[self.num_large_crops :], self.batch_positives
-        )
+        with bn_running_stats_frozen(self, not self.positives_update_bn):
+            positive_outs = forward_crops(
+                self.momentum_forward, crops[self.num_large_crops :], self.batch_positives
+            )
         positive_keys = torch.stack([o["k"] for o in positive_outs], dim=1)  # [b, M, d]
 
         log_attention_now = batch_idx % self.attention_log_every == 0

@@ -11,13 +11,21 @@ all M*b images instead of b images per crop, and its running statistics get one 
 group instead of one per crop. The anchors are never batched with the positives, so the online
 classifier and kNN see exactly solo-learn's per-crop statistics. Its effect on accuracy is measured
 in docs/performance.md.
+
+``method_kwargs.positives_update_bn: false`` keeps the positive crops out of BatchNorm's running
+statistics (they are still normalised with their own batch statistics in training). solo-learn
+updates the running statistics with every crop, so with small positive crops the statistics that
+evaluation uses (kNN, linear probe, checkpoints) become a mixture dominated by crops of another
+size than the images evaluated: see :func:`bn_running_stats_frozen`.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 import torch
+import torch.nn as nn
 
 #: A network call on a batch of crops, returning a dict of per-image outputs ([b, ...] each).
 CropForward = Callable[[torch.Tensor], Dict[str, torch.Tensor]]
@@ -66,3 +74,34 @@ def forward_crops(
             for i, part in zip(group, value.chunk(len(group))):
                 outs[i][key] = part
     return outs
+
+
+@contextmanager
+def bn_running_stats_frozen(module: nn.Module, frozen: bool = True) -> Iterator[None]:
+    """Within the block, BatchNorm layers of ``module`` do not change their running statistics.
+
+    Train-mode BatchNorm still normalises with the batch's own statistics; only the running mean,
+    variance and batch counter (what eval mode and checkpoints use) are restored on exit, so
+    forward passes inside the block leave no trace in them. Backward passes do not touch them.
+
+    Args:
+        module: the network (e.g. the method, its backbone or momentum backbone).
+        frozen: False makes this a no-op (solo-learn's behaviour: every forward updates them).
+    """
+    if not frozen:
+        yield
+        return
+    saved = [
+        (m, m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone())
+        for m in module.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+        and m.running_mean is not None
+    ]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for m, mean, var, count in saved:
+                m.running_mean.copy_(mean)
+                m.running_var.copy_(var)
+                m.num_batches_tracked.copy_(count)
