@@ -171,6 +171,10 @@ def test_defaults_and_refusals(tiny_image_folder):
     cfg = compose_pretrain_cfg("attentionnce.yaml", train, ["+method_kwargs.batch_positives=yes"])
     with pytest.raises(MethodConfigError, match="method_kwargs.batch_positives must be true or false, got 'yes'"):
         AttentionNCE(cfg)
+    for key, value in (("positives_update_bn", "1"), ("compile", "yes")):
+        cfg = compose_pretrain_cfg("attentionnce.yaml", train, [f"+method_kwargs.{key}={value}"])
+        with pytest.raises(MethodConfigError, match=f"method_kwargs.{key} must be true or false"):
+            AttentionNCE(cfg)
     cfg = compose_pretrain_cfg("mocov3_attentionnce.yaml", train, ["+method_kwargs.attention_log_every=0"])
     with pytest.raises(MethodConfigError, match="method_kwargs.attention_log_every must be an integer >= 1"):
         MoCoV3AttentionNCE(cfg)
