@@ -100,8 +100,10 @@ def bn_running_stats_frozen(module: nn.Module, frozen: bool = True) -> Iterator[
     try:
         yield
     finally:
-        with torch.no_grad():
-            for m, mean, var, count in saved:
-                m.running_mean.copy_(mean)
-                m.running_var.copy_(var)
-                m.num_batches_tracked.copy_(count)
+        # Through ``.data``, like BatchNorm's own kernel update: the same tensors (DDP keeps
+        # references to the buffers) without bumping their autograd version counters, which the
+        # graph of this step's forward passes checks in backward.
+        for m, mean, var, count in saved:
+            m.running_mean.data.copy_(mean)
+            m.running_var.data.copy_(var)
+            m.num_batches_tracked.data.copy_(count)
