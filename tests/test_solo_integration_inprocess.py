@@ -111,6 +111,8 @@ def test_shipped_config_composes_and_builds(family, name, tiny_image_folder):
         assert (cfg.method_kwargs.d_pos, cfg.method_kwargs.d_neg) == PAPER_D[family]
     if cfg.method == "attentionnce":
         assert cfg.method_kwargs.temperature == 0.5
+    # Small positives must not set the BatchNorm statistics that evaluation uses.
+    assert ("multicrop" in name) == (cfg.method_kwargs.get("positives_update_bn", True) is False)
     assert ("dali" in name) == (cfg.data.format == "dali")
     task_cfg = OmegaConf.to_container(cfg)
     del task_cfg["hydra"]  # the task function does not see the hydra node
