@@ -232,7 +232,7 @@ def test_bn_running_stats_frozen_restores_running_statistics_only():
 def test_positives_update_bn_false_leaves_running_stats_to_the_anchors(cls, config, tiny_image_folder):
     """Reference: the same weights, the 2 anchor crops forwarded alone (train mode)."""
     train = tiny_image_folder["train"]
-    model = cls(compose_pretrain_cfg(config, train, ["+method_kwargs.positives_update_bn=false"])).train()
+    model = cls(compose_pretrain_cfg(config, train, ["++method_kwargs.positives_update_bn=false"])).train()
     snapshot = {k: v.clone() for k, v in model.state_dict().items()}
     sizes = [32, 32] + [16 if "multicrop" in config else 32] * 4
     batch = _batch(sizes)
@@ -248,9 +248,9 @@ def test_positives_update_bn_false_leaves_running_stats_to_the_anchors(cls, conf
     for k, v in model.state_dict().items():
         if "running" in k:
             torch.testing.assert_close(stats[k], v, msg=k)
-    # And with the default, the positives do move them.
+    # And with true (solo-learn's behaviour), the positives do move them.
     model.load_state_dict(snapshot)
-    default = cls(compose_pretrain_cfg(config, train)).train()
+    default = cls(compose_pretrain_cfg(config, train, ["++method_kwargs.positives_update_bn=true"])).train()
     default.load_state_dict(snapshot)
     default.training_step(batch, 1)
     moved = [k for k, v in default.state_dict().items() if "running_mean" in k
