@@ -11,7 +11,7 @@ offline probe accuracy (mean +- std over seeds) and seconds per epoch.
 Usage::
 
     python3 scripts/batch_positives_effect.py --out bench_out/batch_positives
-    python3 scripts/batch_positives_effect.py --preset smoke --out /tmp/bp   # seconds, for tests
+    python3 scripts/batch_positives_effect.py --preset smoke --out bench_out/bp_smoke   # minutes
 """
 
 from __future__ import annotations

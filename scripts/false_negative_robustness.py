@@ -55,6 +55,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
+from attnce_plugin.bench.arglists import float_list, int_list  # noqa: E402
 from attnce_plugin.bench.data import CLASS_NAMES, DatasetMissingError  # noqa: E402
 from attnce_plugin.bench.plan import PRESETS  # noqa: E402
 from attnce_plugin.bench.report import aggregate, fmt_mean_std  # noqa: E402
@@ -88,20 +89,6 @@ MeanStd = Tuple[Optional[float], Optional[float]]
 # Command line
 
 
-def _int_list(text: str) -> List[int]:
-    try:
-        return [int(t) for t in text.replace(",", " ").split()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
-
-
-def _float_list(text: str) -> List[float]:
-    try:
-        return [float(t) for t in text.replace(",", " ").split()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line (budget flags mean what they mean for ``attnce_plugin.bench``)."""
     p = argparse.ArgumentParser(
@@ -113,18 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
                    help="the bench's budget preset (default: default)")
-    p.add_argument("--seeds", type=_int_list, help="e.g. 0,1 (default: the preset's)")
+    p.add_argument("--seeds", type=int_list, help="e.g. 0,1 (default: the preset's)")
     p.add_argument("--epochs", type=int, help="pretraining epochs (default: the preset's)")
     p.add_argument("--batch-size", type=int, help="images per step (default: the preset's)")
     p.add_argument("--num-train", type=int,
                    help="training images at every K, stratified (default: the preset's)")
     p.add_argument("--num-val", type=int,
                    help="validation images at every K, stratified (default: the preset's)")
-    p.add_argument("--classes", type=_int_list, default=[2, 5, 10],
+    p.add_argument("--classes", type=int_list, default=[2, 5, 10],
                    help="numbers of classes K, each in 2..10 (default 2,5,10)")
     p.add_argument("--class-seed", type=int, default=0,
                    help="seed of the class permutation whose first K ids are used (default 0)")
-    p.add_argument("--dneg-grid", type=_float_list, default=[],
+    p.add_argument("--dneg-grid", type=float_list, default=[],
                    help="extra AttentionNCE rows at these d_neg values, e.g. 1,10 (default none)")
     p.add_argument("--data-source", type=Path,
                    help="folder with the 4 Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR "

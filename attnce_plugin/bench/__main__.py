@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from attnce_plugin.bench import plan as plan_mod
+from attnce_plugin.bench.arglists import float_list, int_list, str_list
 from attnce_plugin.bench.plan import PRESETS, PlanOptions, RunSpec, build_plan, matched_epochs
 from attnce_plugin.bench.runner import (
     DATASETS,
@@ -52,24 +53,6 @@ from attnce_plugin.bench.runner import (
 )
 
 
-def _int_list(text: str) -> List[int]:
-    try:
-        return [int(t) for t in text.replace(",", " ").split()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
-
-
-def _float_list(text: str) -> List[float]:
-    try:
-        return [float(t) for t in text.replace(",", " ").split()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers") from None
-
-
-def _str_list(text: str) -> List[str]:
-    return [t for t in text.replace(",", " ").split() if t]
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="attnce-bench",
@@ -83,18 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="budget: " + "; ".join(f"{k}: {v.description}" for k, v in PRESETS.items()))
     g.add_argument("--epochs", type=int, help="equal-epoch budget (overrides the preset)")
     g.add_argument("--batch-size", type=int, help="images per step per device")
-    g.add_argument("--seeds", type=_int_list, help="e.g. 0,1,2")
+    g.add_argument("--seeds", type=int_list, help="e.g. 0,1,2")
     g.add_argument("--num-train", type=int, help="Fashion-MNIST training subset size")
     g.add_argument("--num-val", type=int, help="Fashion-MNIST validation subset size")
     g.add_argument("--num-workers", type=int, help="dataloader workers per run")
     g.add_argument("--limit-train-batches", type=int, help="Lightning limit_train_batches")
 
     g = p.add_argument_group("what to compare")
-    g.add_argument("--methods", type=_str_list, default=list(plan_mod.METHODS),
+    g.add_argument("--methods", type=str_list, default=list(plan_mod.METHODS),
                    help=f"subset of {','.join(plan_mod.METHODS)}")
     g.add_argument("--num-positives", type=int, default=4,
                    help="M, positive views per image of the AttentionNCE methods (default 4)")
-    g.add_argument("--extra-m", type=_int_list, default=[2],
+    g.add_argument("--extra-m", type=int_list, default=[2],
                    help="additional M values for AttentionNCE (SimCLR form); default 2")
     g.add_argument("--no-time-matched", action="store_true",
                    help="skip the equal-wall-clock baseline runs")
@@ -102,10 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run the M / d_pos / d_neg grids (one varied at a time)")
     g.add_argument("--ablation-method", default="attentionnce",
                    choices=list(plan_mod.ATTENTION_METHODS))
-    g.add_argument("--m-grid", type=_int_list, default=[1, 2, 4])
-    g.add_argument("--dpos-grid", type=_float_list, default=[0.5, 1.0, 2.0, 4.0])
-    g.add_argument("--dneg-grid", type=_float_list, default=[0.5, 1.0, 10.0])
-    g.add_argument("--anchor-grid", type=_str_list, default=[],
+    g.add_argument("--m-grid", type=int_list, default=[1, 2, 4])
+    g.add_argument("--dpos-grid", type=float_list, default=[0.5, 1.0, 2.0, 4.0])
+    g.add_argument("--dneg-grid", type=float_list, default=[0.5, 1.0, 10.0])
+    g.add_argument("--anchor-grid", type=str_list, default=[],
                    help="with --ablation: anchor modes to add, e.g. 'mean' (AttentionNCE*)")
 
     g = p.add_argument_group("data and hardware")
@@ -155,7 +138,7 @@ def _hardware_sets(args: argparse.Namespace) -> List[str]:
             if n > 1:
                 out += ["strategy=ddp"]
         else:
-            ids = _int_list(args.devices)
+            ids = int_list(args.devices)
             out.append(f"devices=[{','.join(map(str, ids))}]")
             if len(ids) > 1:
                 out += ["strategy=ddp", "sync_batchnorm=true"]

@@ -14,18 +14,19 @@ from attnce_plugin.attention import attention_stats
 from attnce_plugin.distributed import world_size
 from attnce_plugin.losses import attentionnce_loss_func
 from attnce_plugin.methods.common import (
-    DEFAULT_ATTENTION_LOG_EVERY,
     DEFAULT_FINITE_CHECK_EVERY,
+    RUN_KWARG_DEFAULTS,
     FiniteLossGuard,
     RepresentationHealth,
     apply_crop_layout,
-    check_bool_kwarg,
     check_choice_kwarg,
     check_method_kwargs,
     check_num_crops,
     check_positive_int_kwarg,
     check_positive_kwargs,
+    check_run_kwargs,
     log_train_health,
+    take_positive_crops,
 )
 from attnce_plugin.methods.compiling import compile_submodules
 from attnce_plugin.methods.positives import bn_running_stats_frozen, forward_crops
@@ -117,10 +118,7 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         "d_neg",
         "anchor",
         "finite_check_every",
-        "batch_positives",
-        "positives_update_bn",
-        "attention_log_every",
-        "compile",
+        *RUN_KWARG_DEFAULTS,
     )
 
     def __init__(self, cfg: omegaconf.DictConfig):
@@ -136,12 +134,8 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
         self._init_finite_guard(cfg.method_kwargs.finite_check_every)
         self._init_repr_health()
 
-        # The positives are forwarded by training_step itself (one call per crop, or batched),
-        # so solo-learn's BaseMethod.training_step only sees the 2 anchors.
-        self.num_positive_crops: int = self.num_small_crops
-        self.num_small_crops = 0
-        self.num_crops = self.num_large_crops
-        self.multicrop = False
+        # training_step forwards the positives itself (one call per crop, or batched).
+        self.num_positive_crops: int = take_positive_crops(self)
 
         proj_hidden_dim: int = cfg.method_kwargs.proj_hidden_dim
         proj_output_dim: int = cfg.method_kwargs.proj_output_dim
@@ -174,19 +168,13 @@ class AttentionNCE(FiniteLossGuard, RepresentationHealth, BaseMethod):
                 "d_neg": 1.0,
                 "anchor": "views",
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
-                "batch_positives": False,
-                "positives_update_bn": True,
-                "compile": False,
-                "attention_log_every": DEFAULT_ATTENTION_LOG_EVERY,
+                **RUN_KWARG_DEFAULTS,
             },
         )
         check_choice_kwarg(cfg, AttentionNCE.METHOD_NAME, "anchor", ANCHOR_MODES)
         check_positive_kwargs(cfg, ("temperature", "d_pos", "d_neg"))
         check_positive_int_kwarg(cfg, "finite_check_every")
-        check_positive_int_kwarg(cfg, "attention_log_every")
-        check_bool_kwarg(cfg, "batch_positives")
-        check_bool_kwarg(cfg, "positives_update_bn")
-        check_bool_kwarg(cfg, "compile")
+        check_run_kwargs(cfg)
         apply_crop_layout(cfg, require_positives=True)
         return cfg
 

@@ -145,6 +145,41 @@ def check_bool_kwarg(cfg: omegaconf.DictConfig, key: str) -> bool:
     return value
 
 
+#: ``method_kwargs`` of both methods that say how the networks run (not what the loss is), with
+#: their defaults: see the methods' docstrings.
+RUN_KWARG_DEFAULTS: Dict[str, Any] = {
+    "batch_positives": False,
+    "positives_update_bn": True,
+    "compile": False,
+    "attention_log_every": DEFAULT_ATTENTION_LOG_EVERY,
+}
+
+
+def check_run_kwargs(cfg: omegaconf.DictConfig) -> None:
+    """Refuse bad values of the :data:`RUN_KWARG_DEFAULTS` keys (filled in already).
+
+    Raises:
+        MethodConfigError: naming the key and the allowed values.
+    """
+    check_positive_int_kwarg(cfg, "attention_log_every")
+    for key in ("batch_positives", "positives_update_bn", "compile"):
+        check_bool_kwarg(cfg, key)
+
+
+def take_positive_crops(method: Any) -> int:
+    """Hide the positive crops from solo-learn's ``BaseMethod.training_step`` and return M.
+
+    The methods forward the positives themselves (per crop or batched, see
+    :mod:`attnce_plugin.methods.positives`; MoCo's only through the momentum network), so solo-learn
+    must see the 2 anchors alone: no small crops, no ``multicrop_forward`` loop.
+    """
+    num_positives = int(method.num_small_crops)
+    method.num_small_crops = 0
+    method.num_crops = method.num_large_crops
+    method.multicrop = False
+    return num_positives
+
+
 def check_momentum_cfg(cfg: omegaconf.DictConfig, method: str) -> None:
     """Refuse a MoCo-form config whose ``momentum:`` settings are absent, unknown or out of range.
 

@@ -16,19 +16,20 @@ from attnce_plugin.distributed import world_size
 from attnce_plugin.losses import attentionnce_mocov3_loss_func
 from attnce_plugin.methods.attentionnce import log_attention
 from attnce_plugin.methods.common import (
-    DEFAULT_ATTENTION_LOG_EVERY,
     DEFAULT_FINITE_CHECK_EVERY,
+    RUN_KWARG_DEFAULTS,
     FiniteLossGuard,
     RepresentationHealth,
     apply_crop_layout,
-    check_bool_kwarg,
     check_choice_kwarg,
     check_method_kwargs,
     check_momentum_cfg,
     check_num_crops,
     check_positive_int_kwarg,
     check_positive_kwargs,
+    check_run_kwargs,
     log_train_health,
+    take_positive_crops,
     mean_stats,
 )
 from attnce_plugin.methods.compiling import compile_submodules
@@ -100,10 +101,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         "d_pos",
         "d_neg",
         "finite_check_every",
-        "batch_positives",
-        "positives_update_bn",
-        "attention_log_every",
-        "compile",
+        *RUN_KWARG_DEFAULTS,
     )
     # Build every backbone as solo-learn builds it for method "mocov3" (the MoCo v3 ViT).
     _BACKBONES = {name: _mocov3_backbone(f) for name, f in BaseMethod._BACKBONES.items()}
@@ -122,10 +120,7 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
         # The positive crops never go through the online network: MoCo's positives are momentum
         # keys. Hiding them from BaseMethod.training_step saves their online forward pass (and
         # keeps the online BatchNorm statistics exactly MoCo v3's).
-        self.num_positive_crops: int = self.num_small_crops
-        self.num_small_crops = 0
-        self.num_crops = self.num_large_crops
-        self.multicrop = False
+        self.num_positive_crops: int = take_positive_crops(self)
         if self.loss_name == "mocov3" and self.num_positive_crops:
             log.warning(
                 "method_kwargs.loss=mocov3 ignores the %d positive crop(s) of the augmentations; "
@@ -162,19 +157,13 @@ class MoCoV3AttentionNCE(FiniteLossGuard, RepresentationHealth, MoCoV3):
                 "d_pos": 1.0,
                 "d_neg": 1.0,
                 "finite_check_every": DEFAULT_FINITE_CHECK_EVERY,
-                "batch_positives": False,
-                "positives_update_bn": True,
-                "compile": False,
-                "attention_log_every": DEFAULT_ATTENTION_LOG_EVERY,
+                **RUN_KWARG_DEFAULTS,
             },
         )
         check_choice_kwarg(cfg, name, "loss", LOSSES)
         check_positive_kwargs(cfg, ("temperature", "d_pos", "d_neg"))
         check_positive_int_kwarg(cfg, "finite_check_every")
-        check_positive_int_kwarg(cfg, "attention_log_every")
-        check_bool_kwarg(cfg, "batch_positives")
-        check_bool_kwarg(cfg, "positives_update_bn")
-        check_bool_kwarg(cfg, "compile")
+        check_run_kwargs(cfg)
         apply_crop_layout(cfg, require_positives=cfg.method_kwargs.loss == "attentionnce")
         return cfg
 
