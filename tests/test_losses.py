@@ -43,25 +43,37 @@ def test_simclr_form_matches_reference(b, m, d, tau, d_pos, d_neg):
 
 
 @pytest.mark.parametrize("b,m,d,tau,d_pos,d_neg", SETTINGS)
-def test_simclr_form_dense_mask_path_matches_reference(b, m, d, tau, d_pos, d_neg, monkeypatch):
-    """The GPU path (non-negatives as a dense mask, no host sync), forced on this CPU."""
+def test_simclr_form_both_mask_paths_match_reference(b, m, d, tau, d_pos, d_neg, monkeypatch):
+    """Index pairs (the CPU path above DENSE_MASK_MAX_ENTRIES) and the dense mask (the GPU path,
+    and small batches everywhere), each forced on this CPU."""
     import attnce_plugin.attention as head
 
     anchors, positives, indexes = _inputs(b, m, d)
-    pairs_anchors = anchors.clone().requires_grad_(True)
-    attentionnce_loss_func(pairs_anchors, positives, indexes, tau, d_pos, d_neg).backward()
-
-    monkeypatch.setattr(head, "DENSE_MASK_DEVICES", ("cpu", "cuda"))
-    dense_anchors = anchors.clone().requires_grad_(True)
-    got, weights = attentionnce_loss_func(dense_anchors, positives, indexes, tau, d_pos, d_neg,
-                                          return_attention=True)
     want = reference.simclr_form(anchors, positives, indexes, tau, d_pos, d_neg)
-    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     local = indexes.repeat(2)
-    torch.testing.assert_close(weights.valid, local[:, None] != local[None, :])
-    # Gradients: the same as the index-pair path's (checked against the formula elsewhere).
-    got.backward()
-    torch.testing.assert_close(dense_anchors.grad, pairs_anchors.grad, rtol=1e-5, atol=1e-6)
+    grads = {}
+    for path, devices, max_entries in [("pairs", (), 0), ("dense", ("cpu", "cuda"), 0)]:
+        monkeypatch.setattr(head, "DENSE_MASK_DEVICES", devices)
+        monkeypatch.setattr(head, "DENSE_MASK_MAX_ENTRIES", max_entries)
+        x = anchors.clone().requires_grad_(True)
+        got, weights = attentionnce_loss_func(x, positives, indexes, tau, d_pos, d_neg,
+                                              return_attention=True)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5, msg=path)
+        torch.testing.assert_close(weights.valid, local[:, None] != local[None, :], msg=path)
+        got.backward()
+        grads[path] = x.grad
+    # Gradients: the same on both paths (checked against the formula elsewhere).
+    torch.testing.assert_close(grads["dense"], grads["pairs"], rtol=1e-5, atol=1e-6)
+
+
+def test_mask_path_follows_device_and_size(monkeypatch):
+    import attnce_plugin.attention as head
+
+    small, large = torch.arange(8), torch.arange(2 * head.DENSE_MASK_MAX_ENTRIES)
+    assert isinstance(head.non_negatives(small, small)[0], torch.Tensor)
+    assert isinstance(head.non_negatives(large[:8], large)[0], tuple)
+    monkeypatch.setattr(head, "DENSE_MASK_DEVICES", ("cpu",))
+    assert isinstance(head.non_negatives(large[:8], large)[0], torch.Tensor)
 
 
 @pytest.mark.parametrize("views", [1, 3])
@@ -351,3 +363,36 @@ def test_fused_node_equals_op_by_op_head(form):
     # Logits reach K / tau = 170 here; fp32 rounding differs between the two orders of operations.
     for x, y in ((a1, a2), (c1, c2), (p1, p2)):
         torch.testing.assert_close(x.grad, y.grad, rtol=1e-4, atol=2e-4)
+
+
+def test_fused_node_rows_without_negatives_next_to_rows_with_them():
+    """Rows whose every candidate is a non-negative give loss 0, beta 0 and zero gradient, and
+    leave the other rows equal to the op-by-op head (which handles them separately)."""
+    from attnce_plugin.attention import attention_nce, fused_attention_nce, negative_attention
+
+    g = torch.Generator().manual_seed(3)
+    a = torch.nn.functional.normalize(torch.randn(5, 8, generator=g), dim=1)
+    cand = torch.nn.functional.normalize(torch.randn(7, 8, generator=g), dim=1)
+    pos_logit = torch.randn(5, generator=g)
+    invalid = torch.zeros(5, 7, dtype=torch.bool)
+    invalid[1] = True
+    invalid[3] = True
+    invalid[0, 2] = True
+    valid = ~invalid
+
+    a1, c1, p1 = (t.clone().requires_grad_(True) for t in (a, cand, pos_logit))
+    fused, beta = fused_attention_nce(a1, c1, p1, invalid, valid.sum(dim=1), 0.2, 0.01, True)
+    a2, c2, p2 = (t.clone().requires_grad_(True) for t in (a, cand, pos_logit))
+    sim = a2 @ c2.T
+    beta_ref = negative_attention(sim, valid, 0.01)
+    plain = attention_nce(p2, sim, beta_ref, valid, 0.2)
+    assert torch.isfinite(fused).all() and torch.isfinite(beta).all()
+    assert fused[1] == 0 and fused[3] == 0 and (beta[[1, 3]] == 0).all()
+    torch.testing.assert_close(fused, plain)
+    torch.testing.assert_close(beta, beta_ref)
+    fused.sum().backward()
+    plain.sum().backward()
+    for x, y in ((a1, a2), (c1, c2), (p1, p2)):
+        assert torch.isfinite(x.grad).all()
+        torch.testing.assert_close(x.grad, y.grad, rtol=1e-4, atol=2e-4)
+    assert (a1.grad[[1, 3]] == 0).all() and (p1.grad[[1, 3]] == 0).all()

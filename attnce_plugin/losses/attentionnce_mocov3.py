@@ -6,17 +6,16 @@ from functools import lru_cache
 from typing import Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 
 from attnce_plugin.attention import (
     AttentionWeights,
     fused_attention_nce,
-    positive_attention,
-    prototype_logit,
+    prototype_attention,
     valid_from_invalid,
 )
 from attnce_plugin.checks import check_positive_finite, check_shape
 from attnce_plugin.distributed import gather_no_grad, rank
+from attnce_plugin.normalize import l2_normalize
 
 
 @lru_cache(maxsize=16)
@@ -72,16 +71,16 @@ def attentionnce_mocov3_loss_func(
         check_shape("positive_keys", positive_keys, (b, None, dim), "[b, M, d]")
 
     with torch.autocast(device_type=query.device.type, enabled=False):
-        q = F.normalize(query.float(), dim=-1)
-        k = F.normalize(key.float(), dim=-1)
-        candidates = k.unsqueeze(1)
+        q = l2_normalize(query.float())
+        candidates = key.float().unsqueeze(1)
         if positive_keys is not None and positive_keys.shape[1] > 0:
-            pk = F.normalize(positive_keys.float(), dim=-1)
-            candidates = torch.cat([candidates, pk], dim=1)
+            candidates = torch.cat([candidates, positive_keys.float()], dim=1)
+        # [b, M + 1, d]: all keys normalised in one call; column 0 is MoCo v3's own key.
+        candidates = l2_normalize(candidates)
+        k = candidates[:, 0]
 
-        pos_sim = (q.unsqueeze(1) * candidates).sum(dim=-1)
-        alpha = positive_attention(pos_sim, d_pos)
-        pos_logit = prototype_logit(pos_sim, alpha, temperature)
+        pos_logit, alpha = prototype_attention(q.unsqueeze(1), candidates, d_pos, temperature)
+        pos_logit, alpha = pos_logit.squeeze(1), alpha.squeeze(1)
 
         all_keys = gather_no_grad(k)
         rows, cols, num_valid = _own_key_pairs(b, all_keys.shape[0], rank() * b, q.device)
