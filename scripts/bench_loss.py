@@ -28,6 +28,12 @@ allocated before it (inputs excluded, returned gradients included):
 * on CPU: the running sum of the allocation/free events that ``torch.profiler`` records with
   ``profile_memory=True`` (every CPU tensor allocation made while profiling), maximum over time.
 
+Operations: the number of aten operations one forward+backward dispatches (views excluded), at the
+smallest B and largest M of the grid. On a GPU each is a kernel launch, and below B = 4096 the
+calls are bound by launches and host work rather than arithmetic, so the count says on any machine
+what the GPU time ratio is made of. ``--mask`` forces the SimCLR form's non-negatives onto the
+dense-mask path (what CUDA uses) or the index-pair path for the timed tables.
+
 Usage::
 
     python3 scripts/bench_loss.py                 # full grid on CPU
@@ -55,6 +61,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
+import attnce_plugin.attention as head  # noqa: E402
 from attnce_plugin.attention import attention_stats  # noqa: E402
 from attnce_plugin.losses import (  # noqa: E402
     attentionnce_loss_func,
@@ -191,6 +198,31 @@ def make_calls(
     }
 
 
+def count_ops(call: LossCall) -> int:
+    """Number of aten operations one forward+backward dispatches, views excluded.
+
+    Each is one kernel launch on a GPU (a view launches none), and on a GPU at B <= 1024 the calls
+    are bound by launches and host work, not by arithmetic, so this count is a device-independent
+    indicator of that cost. Counted on the CPU, where backward runs on the calling thread.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if not (func.is_view or func.overloadpacket.__name__ == "_unsafe_view"):
+                self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    call()  # first-call caches (the MoCo form's own-key pairs) are not part of a step's cost
+    with _Count() as counter:
+        call()
+    return counter.ops
+
+
 def time_interleaved(
     calls: Dict[str, LossCall], repeats: int, device: torch.device
 ) -> Dict[str, float]:
@@ -292,6 +324,46 @@ def _ratio(num: float, den: float) -> str:
     return f"{num / den:.2f}x" if den > 0 else "n/a"
 
 
+def op_count_table(
+    batch: int, num_pos: int, dim: int, temperature: float, d_pos: float, d_neg: float
+) -> List[str]:
+    """Markdown lines: :func:`count_ops` of every loss at one (B, M), ``ours`` on both mask paths."""
+    cpu = torch.device("cpu")
+    saved = (head.DENSE_MASK_DEVICES, head.DENSE_MASK_MAX_ENTRIES)
+    try:
+        set_mask_path("dense")
+        calls = make_calls(batch, num_pos, dim, cpu, temperature, d_pos, d_neg)
+        ops = {name: count_ops(call) for name, call in calls.items()}
+        set_mask_path("pairs")
+        ops_pairs = count_ops(make_calls(batch, num_pos, dim, cpu, temperature, d_pos, d_neg)["ours"])
+    finally:
+        head.DENSE_MASK_DEVICES, head.DENSE_MASK_MAX_ENTRIES = saved
+    return [
+        f"### Operations per forward+backward (B = {batch}, M = {num_pos}; aten ops dispatched, "
+        "views excluded)",
+        "",
+        "Each is one kernel launch on a GPU; counted on the CPU. `ours` is counted on both mask "
+        "paths (the dense mask is the CUDA path).",
+        "",
+        "| solo_simclr | ours, dense mask | ours, index pairs | ours+attn | authors | solo_mocov3 | "
+        "ours_moco | ours (dense) / solo_simclr | ours_moco / solo_mocov3 |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {ops['solo_simclr']} | {ops['ours']} | {ops_pairs} | {ops['ours+attn']} | "
+        f"{ops['authors']} | {ops['solo_mocov3']} | {ops['ours_moco']} | "
+        f"{_ratio(ops['ours'], ops['solo_simclr'])} | {_ratio(ops['ours_moco'], ops['solo_mocov3'])} |",
+    ]
+
+
+def set_mask_path(mask: str) -> None:
+    """Force the SimCLR form's non-negatives onto one path (``dense`` or ``pairs``), or leave the
+    library's choice (``auto``)."""
+    if mask == "dense":
+        head.DENSE_MASK_DEVICES = ("cpu", "cuda")
+    elif mask == "pairs":
+        head.DENSE_MASK_DEVICES = ()
+        head.DENSE_MASK_MAX_ENTRIES = 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -308,8 +380,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="CPU threads (default 1: on a shared machine a 2-thread OpenMP barrier stalls whenever "
         "another process holds a core, which swamps the comparison; 0 = torch's default)",
     )
+    parser.add_argument(
+        "--mask", choices=["auto", "dense", "pairs"], default="auto",
+        help="how `ours` marks its non-negatives: auto = as the library chooses (dense [n, N] mask "
+        "on CUDA and up to DENSE_MASK_MAX_ENTRIES, index pairs above it on the CPU); dense or "
+        "pairs forces one path on every device",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the tables to this file")
     args = parser.parse_args(argv)
+    set_mask_path(args.mask)
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -338,7 +417,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     emit(
         f"device: {device.type} ({dev_name}), torch {torch.__version__}, threads "
         f"{torch.get_num_threads()}, d = {args.dim}, tau = {args.temperature}, "
-        f"d_pos = {args.d_pos}, d_neg = {args.d_neg}"
+        f"d_pos = {args.d_pos}, d_neg = {args.d_neg}, mask {args.mask}"
     )
     emit()
     time_rows: List[str] = []
@@ -408,6 +487,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"| {batch} | {'yes' if ok['solo_simclr'] else 'NO'} | {'yes' if ok['ours'] else 'NO'} | "
             f"{'yes' if ok['authors'] else 'NO'} | {'yes' if ok['ours_moco'] else 'NO'} |"
         )
+    emit()
+    for line in op_count_table(batches[0], views[-1], args.dim, args.temperature, args.d_pos, args.d_neg):
+        emit(line)
     emit()
     emit(f"total wall time {time.perf_counter() - start_all:.0f} s")
 
