@@ -326,8 +326,8 @@ def index_match_mask(
 DENSE_MASK_DEVICES: Tuple[str, ...] = ("cuda",)
 
 #: Up to this many [n, N] entries the dense mask is used on every device: comparing a small
-#: matrix is cheaper than sorting and matching (on the CPU the two cost the same near
-#: n = N = 256 in an ad-hoc timing, and the dense mask was 7-11 % faster at B <= 64).
+#: matrix is cheaper than sorting and matching (CPU crossover between B = 128 and 256 images with
+#: two views; docs/performance.md, ``bench_loss.py --mask``).
 DENSE_MASK_MAX_ENTRIES = 1 << 16
 
 
