@@ -7,7 +7,7 @@ compatible solo-learn is installed (idempotent); the loss functions need only to
 from attnce_plugin.losses import attentionnce_loss_func, attentionnce_mocov3_loss_func
 from attnce_plugin.solo_compat import solo_available
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["attentionnce_loss_func", "attentionnce_mocov3_loss_func", "__version__"]
 
 if solo_available():

@@ -33,6 +33,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
+import attnce_plugin
+
 from attnce_plugin.bench.plan import RunSpec
 
 #: Repository root (holds configs/ and the attnce_plugin package).
@@ -201,8 +203,10 @@ def compose_config(spec: RunSpec, dataset: str, budget: Budget, run_dir: Path,
 
 
 def config_digest(cfg: DictConfig) -> str:
-    """Hash of a composed config, to tell whether a finished run can be reused."""
-    text = OmegaConf.to_yaml(cfg, sort_keys=True)
+    """Hash of a composed config and of the plugin's version, to tell whether a finished run can
+    be reused: a version that changes the loss's arithmetic (even only its fp32 rounding, which
+    changes every trained number) does not reuse the runs of an older one."""
+    text = f"attnce_plugin {attnce_plugin.__version__}\n" + OmegaConf.to_yaml(cfg, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
