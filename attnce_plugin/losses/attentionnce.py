@@ -71,8 +71,8 @@ def attentionnce_loss_func(
 
     # The logits reach K / tau; half precision would overflow or lose them, so work in fp32.
     with torch.autocast(device_type=anchors.device.type, enabled=False):
-        # One normalisation for anchors and positives: a third of the kernels of two (one cat).
-        # split (not slicing) so that backward concatenates the two gradients in one kernel.
+        # Anchors and positives normalised in one call (one cat) rather than two; split, not
+        # slicing, so that backward joins the two gradients in one kernel.
         unit = l2_normalize(torch.cat([anchors.float(), positives.float().reshape(-1, dim)]))
         a, p = unit.split([anchors.shape[0], b * num_pos])
         p = p.view(b, num_pos, dim)
@@ -85,8 +85,8 @@ def attentionnce_loss_func(
         local_idx = indexes.repeat(num_views)
         all_idx = gather_no_grad(local_idx)
         all_anchors = gather_with_grad(a)
-        # Masks by index: (row, col) pairs of same-image entries on CPU (no [n, N] comparison),
-        # a dense mask on GPU (no host sync).
+        # Masks by index: a dense [n, N] mask on GPU (no host sync) and for small batches,
+        # (row, col) pairs of same-image entries otherwise (no [n, N] comparison).
         invalid, num_valid = non_negatives(local_idx, all_idx)
         per_anchor, beta = fused_attention_nce(
             a, all_anchors, pos_logit, invalid, num_valid, temperature, d_neg, return_attention
