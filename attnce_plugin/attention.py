@@ -18,16 +18,14 @@ max-shifted log-sum-exp.
 The losses call :func:`prototype_attention`, which computes alpha and the prototype logit with two
 batched matmuls, and :func:`fused_attention_nce`, which computes the negative similarities, beta and
 the log-sum-exp in one autograd node that writes into a handful of [n, N] buffers in place and keeps
-a single [n, N] tensor for backward (see ``docs/performance.md``). :func:`positive_attention` with
-:func:`prototype_logit`, and :func:`negative_attention` with :func:`attention_nce`, are the same
-formulas written op by op; they are kept as the readable definition and for checking the fast
-paths against.
+a single [n, N] tensor for backward (see ``docs/performance.md``). The same formulas written op by
+op, the readable definition the fast paths are tested against, are in ``tests/op_by_op.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -56,6 +54,30 @@ class AttentionWeights:
     valid: torch.Tensor
 
 
+class LossWithAttention(NamedTuple):
+    """What the ``*_loss_with_attention`` functions return.
+
+    Attributes:
+        loss: the scalar loss, as the matching ``*_loss_func`` returns it.
+        attention: the detached attention weights of the call.
+    """
+
+    loss: torch.Tensor
+    attention: AttentionWeights
+
+
+def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """The dtype the losses compute in: fp64 when an input is fp64, else fp32.
+
+    Half precision would overflow or lose the logits (they reach K / tau), so fp16 and bf16 inputs
+    are computed in fp32; fp64 inputs (gradcheck, float64 references) keep their precision.
+    """
+    out = torch.float32
+    for t in tensors:
+        out = torch.promote_types(out, t.dtype) if t.is_floating_point() else out
+    return out
+
+
 def positive_attention(pos_sim: torch.Tensor, d_pos: float) -> torch.Tensor:
     """Attention of each anchor over its positives.
 
@@ -68,20 +90,6 @@ def positive_attention(pos_sim: torch.Tensor, d_pos: float) -> torch.Tensor:
         [n, P] weights (no gradient), each row summing to 1.
     """
     return torch.softmax(pos_sim.detach() / d_pos, dim=-1)
-
-
-def prototype_logit(pos_sim: torch.Tensor, alpha: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Logit of the attention-weighted prototype.
-
-    Args:
-        pos_sim: [n, P] anchor-positive similarities (carry the gradient).
-        alpha: [n, P] positive attention (treated as constant).
-        temperature: softmax temperature tau.
-
-    Returns:
-        [n] ``sum_m alpha_m * s_m / tau``.
-    """
-    return (alpha * pos_sim).sum(dim=-1) / temperature
 
 
 def prototype_attention(
@@ -109,52 +117,6 @@ def prototype_attention(
         alpha_t = alpha / temperature
     prototypes = torch.bmm(alpha_t, positives)
     return (anchors * prototypes).sum(dim=-1), alpha
-
-
-def negative_attention(neg_sim: torch.Tensor, valid: torch.Tensor, d_neg: float) -> torch.Tensor:
-    """Re-weighting of each anchor's negatives towards the hard ones.
-
-    Args:
-        neg_sim: [n, N] similarities between each anchor and N candidates.
-        valid: [n, N] bool, True where the candidate is a negative of that anchor.
-        d_neg: softmax scale; smaller focuses harder on the most similar negatives,
-            d_neg -> inf gives beta -> 1 (plain InfoNCE).
-
-    Returns:
-        [n, N] beta (no gradient), 0 where ``valid`` is False. A row with no valid
-        negative is all 0 instead of NaN.
-    """
-    scores = (neg_sim.detach() / d_neg).masked_fill(~valid, float("-inf"))
-    num_valid = valid.sum(dim=1, keepdim=True)
-    # A row without negatives would be softmax(all -inf) = NaN; give it zeros, it has K = 0.
-    scores = scores.masked_fill(num_valid == 0, 0.0)
-    probs = torch.softmax(scores, dim=1)
-    beta = (probs + BETA_EPS) * num_valid.to(probs.dtype)
-    return beta.masked_fill(~valid, 0.0)
-
-
-def attention_nce(
-    pos_logit: torch.Tensor,
-    neg_sim: torch.Tensor,
-    beta: torch.Tensor,
-    valid: torch.Tensor,
-    temperature: float,
-) -> torch.Tensor:
-    """Per-anchor AttentionNCE loss ``logsumexp([pos, beta * n / tau]) - pos``, in log space.
-
-    Args:
-        pos_logit: [n] prototype logits (see :func:`prototype_logit`).
-        neg_sim: [n, N] anchor-candidate similarities (carry the gradient).
-        beta: [n, N] negative attention (treated as constant).
-        valid: [n, N] bool mask of negatives.
-        temperature: softmax temperature tau.
-
-    Returns:
-        [n] loss of each anchor (>= 0; 0 for an anchor without negatives).
-    """
-    neg_logits = (beta * neg_sim / temperature).masked_fill(~valid, float("-inf"))
-    logits = torch.cat([pos_logit.unsqueeze(1), neg_logits], dim=1)
-    return torch.logsumexp(logits, dim=1) - pos_logit
 
 
 class _FusedAttentionNCE(torch.autograd.Function):
@@ -375,7 +337,7 @@ def attention_stats(weights: AttentionWeights) -> Dict[str, torch.Tensor]:
       uniform).
 
     Args:
-        weights: what a loss returned with ``return_attention=True``.
+        weights: the ``attention`` of a ``*_loss_with_attention`` call.
     """
     alpha = weights.alpha.float()
     beta = weights.beta.float()

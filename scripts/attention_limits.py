@@ -2,7 +2,7 @@
 """Attention diagnostics and representation health at their limits and on random inputs.
 
 Prints one markdown table (the numbers docs/attention-diagnostics.md quotes), from the package's
-own loss (``attentionnce_loss_func(..., return_attention=True)``), ``attention_stats`` and
+own loss (``attentionnce_loss_with_attention(...)``), ``attention_stats`` and
 ``representation`` metrics on synthetic projections:
 
 * random: independent random unit vectors (an untrained network looks roughly like this);
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from attnce_plugin.attention import attention_stats
-from attnce_plugin.losses import attentionnce_loss_func
+from attnce_plugin.losses import attentionnce_loss_func, attentionnce_loss_with_attention
 from attnce_plugin.representation import (
     alignment,
     covariance_spectrum,
@@ -41,8 +41,8 @@ def _case(anchors: torch.Tensor, positives: torch.Tensor, d_pos: float, d_neg: f
           tau: float) -> Dict[str, float]:
     """Stats of one loss call; anchors [2b, d] view-major, positives [b, M, d]."""
     b = positives.shape[0]
-    loss, weights = attentionnce_loss_func(anchors, positives, torch.arange(b), tau, d_pos, d_neg,
-                                           return_attention=True)
+    loss, weights = attentionnce_loss_with_attention(anchors, positives, torch.arange(b), tau,
+                                                     d_pos, d_neg)
     stats = {k: float(v) for k, v in attention_stats(weights).items()}
     k = 2 * b - 2
     stats.update(

@@ -184,7 +184,7 @@ def load_model(run: Dict[str, Any], ckpt: Path, device: torch.device) -> torch.n
 
     from attnce_plugin.registration import register
 
-    register()  # our methods into solo.methods.METHODS (idempotent; import attnce_plugin does too)
+    register()  # our methods into solo.methods.METHODS (idempotent)
 
     cfg = OmegaConf.create(run)
     OmegaConf.set_struct(cfg, False)

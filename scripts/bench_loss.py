@@ -8,7 +8,7 @@ projections:
 * ``solo_simclr``: ``solo.losses.simclr.simclr_loss_func`` on the 2 anchor views only,
   z [2B, d] (SimCLR has no positive views, so it is not fed the M extra views);
 * ``ours``: ``attentionnce_loss_func(anchors [2B, d], positives [B, M, d], indexes [B])``;
-* ``ours+attn``: the same with ``return_attention=True`` followed by ``attention_stats`` (what the
+* ``ours+attn``: ``attentionnce_loss_with_attention`` followed by ``attention_stats`` (what the
   training method does every step to log the attention);
 * ``authors``: a port of the authors' exp-space loss, written here from the formula (see
   :func:`authors_loss`); it exists only in this script;
@@ -65,6 +65,7 @@ import attnce_plugin.attention as head  # noqa: E402
 from attnce_plugin.attention import attention_stats  # noqa: E402
 from attnce_plugin.losses import (  # noqa: E402
     attentionnce_loss_func,
+    attentionnce_loss_with_attention,
     attentionnce_mocov3_loss_func,
 )
 
@@ -170,9 +171,8 @@ def make_calls(
         return torch.autograd.grad(loss, [anchors, positives])
 
     def ours_attn() -> Grads:
-        loss, weights = attentionnce_loss_func(
-            anchors, positives, indexes, temperature, d_pos, d_neg, return_attention=True
-        )
+        loss, weights = attentionnce_loss_with_attention(
+            anchors, positives, indexes, temperature, d_pos, d_neg)
         attention_stats(weights)
         return torch.autograd.grad(loss, [anchors, positives])
 

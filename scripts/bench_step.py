@@ -58,9 +58,11 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-import attnce_plugin  # noqa: E402,F401  (registers the plugin's methods in solo.methods.METHODS)
+import attnce_plugin  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 from solo.utils.lars import LARS  # noqa: E402
+
+attnce_plugin.register()  # the plugin's methods into solo.methods.METHODS
 
 # solo-learn's augmentation keys are irrelevant here (we feed tensors), but the crop-layout
 # resolution reads crop_size and num_crops of every pipeline.

@@ -151,7 +151,7 @@ def read_metrics_csv(cwd: Path) -> Optional[List[Dict[str, str]]]:
 def compose_pretrain_cfg(
     config_name: str, train_path: Path, overrides: Sequence[str] = (), family: str = "cifar"
 ):
-    """Compose ``configs/pretrain/<family>/<config_name>`` for a tiny in-process CPU model and run
+    """Compose the shipped ``pretrain/<family>/<config_name>`` for a tiny in-process CPU model and run
     it through solo-learn's ``parse_cfg`` wrapped by the plugin (crop roles set).
 
     Small projector, batch 4, 1 epoch, custom data at ``train_path`` without validation; the
@@ -161,7 +161,8 @@ def compose_pretrain_cfg(
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from attnce_plugin.registration import wrap_pretrain_parse_cfg
+    from attnce_plugin.configs import config_dir
+    from attnce_plugin.patches import wrap_pretrain_parse_cfg
 
     base = [
         "data.dataset=custom", f"data.train_path={train_path}", "~data.val_path",
@@ -169,9 +170,8 @@ def compose_pretrain_cfg(
         "optimizer.batch_size=4", 'devices="1"', "++scheduler.warmup_epochs=0", "max_epochs=1",
     ]
     if "multicrop" in config_name:
-        base.append("augmentations.1.crop_size=16")
-    config_dir = REPO_ROOT / "configs" / "pretrain" / family
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.2"):
+        base.append("views.positive_crop_size=16")
+    with initialize_config_dir(config_dir=str(config_dir() / "pretrain" / family), version_base="1.2"):
         cfg = compose(config_name, overrides=[*base, *overrides])
     OmegaConf.set_struct(cfg, False)
     return wrap_pretrain_parse_cfg(solo_pretrain_args.parse_cfg)(cfg)

@@ -43,6 +43,10 @@ def checkpoints(tiny_image_folder, tmp_path_factory) -> Dict[str, Path]:
     from omegaconf import OmegaConf
     from solo.methods import METHODS
 
+    import attnce_plugin
+
+    attnce_plugin.register()
+
     root = tmp_path_factory.mktemp("attn_vs_aug_ckpts")
     out = {}
     for name, extra in (("attentionnce.yaml", []),

@@ -9,7 +9,12 @@ import torch
 
 import reference
 from attnce_plugin.attention import attention_stats
-from attnce_plugin.losses import attentionnce_loss_func, attentionnce_mocov3_loss_func
+from attnce_plugin.losses import (
+    attentionnce_loss_func,
+    attentionnce_loss_with_attention,
+    attentionnce_mocov3_loss_func,
+    attentionnce_mocov3_loss_with_attention,
+)
 
 # (b, M, d, tau, d_pos, d_neg), spanning the paper's settings and both extremes of the scales.
 SETTINGS = [
@@ -56,8 +61,7 @@ def test_simclr_form_both_mask_paths_match_reference(b, m, d, tau, d_pos, d_neg,
         monkeypatch.setattr(head, "DENSE_MASK_DEVICES", devices)
         monkeypatch.setattr(head, "DENSE_MASK_MAX_ENTRIES", max_entries)
         x = anchors.clone().requires_grad_(True)
-        got, weights = attentionnce_loss_func(x, positives, indexes, tau, d_pos, d_neg,
-                                              return_attention=True)
+        got, weights = attentionnce_loss_with_attention(x, positives, indexes, tau, d_pos, d_neg)
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5, msg=path)
         torch.testing.assert_close(weights.valid, local[:, None] != local[None, :], msg=path)
         got.backward()
@@ -121,7 +125,7 @@ def test_d_pos_to_infinity_is_mean_prototype():
 
 def test_d_pos_to_zero_keeps_only_the_most_similar_positive():
     anchors, positives, indexes = _inputs(4, 4, 8)
-    _, weights = attentionnce_loss_func(anchors, positives, indexes, 0.5, 1e-6, 1.0, return_attention=True)
+    _, weights = attentionnce_loss_with_attention(anchors, positives, indexes, 0.5, 1e-6, 1.0)
     a = torch.nn.functional.normalize(anchors, dim=-1).view(2, 4, 8)
     p = torch.nn.functional.normalize(positives, dim=-1)
     best = torch.einsum("vbd,bmd->vbm", a, p).reshape(8, 4).argmax(dim=1)
@@ -221,7 +225,7 @@ def test_finite_where_exp_space_overflows():
 def test_finite_at_batch_4096_small_temperature_and_d_neg():
     anchors, positives, indexes = _inputs(4096, 2, 16, seed=7)
     anchors.requires_grad_(True)
-    loss, weights = attentionnce_loss_func(anchors, positives, indexes, 0.01, 1e-4, 1e-4, return_attention=True)
+    loss, weights = attentionnce_loss_with_attention(anchors, positives, indexes, 0.01, 1e-4, 1e-4)
     loss.backward()
     assert torch.isfinite(loss)
     assert torch.isfinite(anchors.grad).all()
@@ -265,7 +269,7 @@ def test_single_image_has_no_negatives_and_zero_loss():
 
 def test_attention_weights_and_stats():
     anchors, positives, indexes = _inputs(6, 4, 8)
-    _, w = attentionnce_loss_func(anchors, positives, indexes, 0.5, 1.0, 1.0, return_attention=True)
+    _, w = attentionnce_loss_with_attention(anchors, positives, indexes, 0.5, 1.0, 1.0)
     assert w.alpha.shape == (12, 4) and w.beta.shape == (12, 12) and w.valid.shape == (12, 12)
     torch.testing.assert_close(w.alpha.sum(1), torch.ones(12))
     # Each anchor has 2 * 6 - 2 negatives: itself and its partner view are excluded.
@@ -276,7 +280,7 @@ def test_attention_weights_and_stats():
     assert 0.0 <= float(stats["alpha_entropy"]) <= math.log(4) + 1e-6
     assert float(stats["max_beta"]) >= 1.0
     assert 1.0 <= float(stats["eff_num_negatives"]) <= 10.0 + 1e-4
-    _, flat = attentionnce_loss_func(anchors, positives, indexes, 0.5, 1e9, 1e9, return_attention=True)
+    _, flat = attentionnce_loss_with_attention(anchors, positives, indexes, 0.5, 1e9, 1e9)
     flat_stats = attention_stats(flat)
     assert float(flat_stats["eff_num_positives"]) == pytest.approx(4.0, rel=1e-6)
     assert float(flat_stats["alpha_entropy"]) == pytest.approx(math.log(4), rel=1e-6)
@@ -326,13 +330,12 @@ def test_fused_node_equals_op_by_op_head(form):
     """The fused autograd node the losses use against the head's op-by-op definition, with the
     non-negatives given as index pairs (CPU path) or as a dense mask (GPU path)."""
     from attnce_plugin.attention import (
-        attention_nce,
         fused_attention_nce,
         index_match_mask,
         index_match_pairs,
-        negative_attention,
         valid_from_invalid,
     )
+    from op_by_op import attention_nce, negative_attention
 
     g = torch.Generator().manual_seed(9)
     a = torch.nn.functional.normalize(torch.randn(12, 8, generator=g), dim=1)
@@ -368,7 +371,8 @@ def test_fused_node_equals_op_by_op_head(form):
 def test_fused_node_rows_without_negatives_next_to_rows_with_them():
     """Rows whose every candidate is a non-negative give loss 0, beta 0 and zero gradient, and
     leave the other rows equal to the op-by-op head (which handles them separately)."""
-    from attnce_plugin.attention import attention_nce, fused_attention_nce, negative_attention
+    from attnce_plugin.attention import fused_attention_nce
+    from op_by_op import attention_nce, negative_attention
 
     g = torch.Generator().manual_seed(3)
     a = torch.nn.functional.normalize(torch.randn(5, 8, generator=g), dim=1)

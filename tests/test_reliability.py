@@ -41,11 +41,11 @@ from solo.utils.checkpointer import Checkpointer  # noqa: E402
 from torchvision.datasets import ImageFolder  # noqa: E402
 
 from attnce_plugin.methods import AttentionNCE, MethodConfigError, MoCoV3AttentionNCE  # noqa: E402
-from attnce_plugin.methods.common import FiniteLossGuard, NonFiniteLossError  # noqa: E402
-from attnce_plugin.registration import (  # noqa: E402
+from attnce_plugin.methods.guard import FiniteLossGuard, NonFiniteLossError  # noqa: E402
+from attnce_plugin.methods.images import (  # noqa: E402
+    NameUnreadableImages,
     PathNamingLoader,
     UnreadableImageError,
-    install_dataset_hooks,
     name_unreadable_images,
 )
 from conftest import find_checkpoints, make_image_folder, run_script, subprocess_env  # noqa: E402
@@ -245,22 +245,24 @@ def test_nan_images_stop_training(tiny_image_folder, one_thread):
     assert counter.batches == 1
 
 
-def _poison_loss(monkeypatch, model, module, name: str, first_step: int) -> None:
-    """Make ``module.name`` (the loss function a method calls) return NaN from ``first_step`` on.
+def _poison_loss(monkeypatch, model, module, names: List[str], first_step: int) -> None:
+    """Make ``module.<name>`` for each name (the loss functions a method calls: with and without
+    attention) return NaN from ``first_step`` on.
 
     The NaN is a constant added to the value: gradients stay finite, so nothing but the guard can
     notice, and the test stays fast.
     """
-    original = getattr(module, name)
+    for name in names:
+        original = getattr(module, name)
 
-    def poisoned(*args, **kwargs):
-        out = original(*args, **kwargs)
-        if model.trainer.global_step < first_step:
-            return out
-        nan = torch.tensor(float("nan"))
-        return (out[0] + nan, *out[1:]) if isinstance(out, tuple) else out + nan
+        def poisoned(*args, _original=original, **kwargs):
+            out = _original(*args, **kwargs)
+            if model.trainer.global_step < first_step:
+                return out
+            nan = torch.tensor(float("nan"))
+            return type(out)(out[0] + nan, *out[1:]) if isinstance(out, tuple) else out + nan
 
-    monkeypatch.setattr(module, name, poisoned)
+        monkeypatch.setattr(module, name, poisoned)
 
 
 def _loss_module(method_cls, loss_flag):
@@ -270,10 +272,10 @@ def _loss_module(method_cls, loss_flag):
     import attnce_plugin.methods.mocov3_attentionnce as moco_form
 
     if method_cls is AttentionNCE:
-        return simclr_form, "attentionnce_loss_func"
+        return simclr_form, ["attentionnce_loss_func", "attentionnce_loss_with_attention"]
     if loss_flag == "attentionnce":
-        return moco_form, "attentionnce_mocov3_loss_func"
-    return solo.methods.mocov3, "mocov3_loss_func"
+        return moco_form, ["attentionnce_mocov3_loss_func", "attentionnce_mocov3_loss_with_attention"]
+    return solo.methods.mocov3, ["mocov3_loss_func"]
 
 
 @pytest.mark.parametrize(
@@ -329,27 +331,16 @@ def test_nan_between_checks_is_caught_at_epoch_end_before_checkpoint(
     assert not find_checkpoints(bad_dir)
 
 
-class _GuardOnly(FiniteLossGuard):
-    """The guard without a network, for the distributed test."""
-
-    METHOD_NAME = "attentionnce"
-
-    def __init__(self) -> None:
-        self.cfg = OmegaConf.create({"method_kwargs": {"temperature": 0.5, "d_pos": 1, "d_neg": 1}})
-        self.device = torch.device("cpu")
-        self._init_finite_guard(1)
-
-
 def _guard_worker(rank: int, world: int, store: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        guard = _GuardOnly()
+        guard = FiniteLossGuard("attentionnce", 1, lambda: "temperature=0.5")
         for step in range(3):
             # Only rank 1 sees a NaN, at step 1: every rank must still stop at that check.
             loss = torch.tensor(float("nan") if (rank == 1 and step == 1) else 1.0)
-            guard._record_loss(loss)
+            guard.record(loss, step)
             try:
-                guard.check_finite_loss(batch_idx=step)
+                guard.check(batch_idx=step)
             except NonFiniteLossError as err:
                 Path(out_dir, f"rank{rank}.txt").write_text(f"{step}\n{err}")
                 return
@@ -404,25 +395,30 @@ def test_truncated_image_error_names_the_file(tmp_path):
     assert isinstance(pickle.loads(pickle.dumps(dataset)).loader, PathNamingLoader)
 
 
-def test_dataset_hooks_cover_pretrain_and_linear_datasets(tmp_path):
+def test_unreadable_image_naming_covers_the_runs_loaders_and_patches_nothing(tmp_path):
+    """The methods' callback wraps the datasets of the run's own train and val loaders (as
+    Lightning holds them), idempotently; solo-learn's dataset functions stay unpatched, so its own
+    methods and main_linear.py behave as without the plugin."""
     import solo.data.classification_dataloader as cls_data
     import solo.data.pretrain_dataloader as pre_data
+    from lightning.pytorch.utilities import CombinedLoader
+    from torch.utils.data import DataLoader
 
     root = make_image_folder(tmp_path / "imgs", num_classes=2, per_class=2)
-    # A script's own global, as main_pretrain.py's `from ... import prepare_datasets` holds it.
-    original = getattr(pre_data.prepare_datasets, "__attnce_original__", pre_data.prepare_datasets)
-    namespace = {"prepare_datasets": original}
-    install_dataset_hooks(namespace)
-    install_dataset_hooks(namespace)  # idempotent
-    assert namespace["prepare_datasets"] is pre_data.prepare_datasets
-    train = namespace["prepare_datasets"]("custom", lambda x: x, train_data_path=str(root))
-    assert isinstance(train.loader, PathNamingLoader)
-    linear_train, linear_val = cls_data.prepare_datasets(
-        "custom", lambda x: x, lambda x: x, train_data_path=str(root), val_data_path=str(root)
-    )
-    assert isinstance(linear_train.loader, PathNamingLoader)
-    assert isinstance(linear_val.loader, PathNamingLoader)
-    assert not isinstance(linear_val.loader.loader, PathNamingLoader)
+    train, val = ImageFolder(str(root)), ImageFolder(str(root))
+
+    class _Trainer:
+        train_dataloader = CombinedLoader(DataLoader(train), "max_size_cycle")
+        val_dataloaders = [DataLoader(val)]
+
+    callback = NameUnreadableImages()
+    callback.on_train_start(_Trainer(), None)
+    callback.on_validation_start(_Trainer(), None)
+    callback.on_validation_start(_Trainer(), None)  # idempotent: no nesting
+    assert isinstance(train.loader, PathNamingLoader) and isinstance(val.loader, PathNamingLoader)
+    assert not isinstance(val.loader.loader, PathNamingLoader)
+    for fn in (pre_data.prepare_datasets, cls_data.prepare_datasets):
+        assert not hasattr(fn, "__attnce_original__")
 
 
 def test_main_pretrain_names_unreadable_image(tmp_path):

@@ -23,7 +23,7 @@ import lightning.pytorch as pl  # noqa: E402
 from attnce_plugin.bench import report  # noqa: E402
 from attnce_plugin.bench.probe import offline_health  # noqa: E402
 from attnce_plugin.methods import AttentionNCE  # noqa: E402
-from attnce_plugin.methods.common import representation_health  # noqa: E402
+from attnce_plugin.methods.health import ValidationSample, representation_health  # noqa: E402
 
 from conftest import compose_pretrain_cfg  # noqa: E402
 
@@ -86,7 +86,7 @@ def test_anchor_mean_training_logs_health_of_a_capped_random_subset(tiny_image_f
     equal numpy's on the documented random subset, recomputed from the trained model."""
     pl.seed_everything(2)
     model = AttentionNCE(_cfg(tiny_image_folder["train"], ["+method_kwargs.anchor=mean"]))
-    model._init_repr_health(max_samples=7)
+    model.val_sample = ValidationSample(max_samples=7)
     g = torch.Generator().manual_seed(0)
     train = [[torch.arange(4), [torch.randn(4, 3, 32 if i < 2 else 16, 32 if i < 2 else 16,
                                             generator=g) for i in range(6)],
@@ -117,7 +117,7 @@ def test_anchor_mean_training_logs_health_of_a_capped_random_subset(tiny_image_f
     # anchor: mean gives one anchor per image, 4 images: K = 3 negatives per anchor.
     assert float(m["train_repr_mi_bound"]) == pytest.approx(
         math.log(4) - float(m["train_nce_loss"]), abs=1e-5)
-    assert model._health_keys is None  # emptied after logging
+    assert model.val_sample.size == 0  # emptied after logging
 
 
 def test_report_health_section(tmp_path: Path):

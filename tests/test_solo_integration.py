@@ -16,6 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from attnce_plugin.configs import config_dir
 from attnce_plugin.solo_compat import require_solo, solo_checkout_dir
 
 require_solo()  # loudly, at collection: these tests are the integration, they must not skip
@@ -23,8 +24,8 @@ require_solo()  # loudly, at collection: these tests are the integration, they m
 from conftest import find_checkpoints, read_metrics_csv, run_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-PRETRAIN_CONFIGS = REPO / "configs" / "pretrain"
-LINEAR_CONFIGS = REPO / "configs" / "linear"
+PRETRAIN_CONFIGS = config_dir() / "pretrain"
+LINEAR_CONFIGS = config_dir() / "linear"
 FAMILIES = ("cifar", "stl10", "imagenet-100", "custom")
 
 #: Test crop sizes: the anchors' size becomes LARGE, smaller crops SMALL (CPU budget).
@@ -33,15 +34,10 @@ LARGE, SMALL = 32, 16
 
 def _tiny_crop_overrides(family: str, config_name: str) -> List[str]:
     """Hydra overrides that shrink a shipped config's crops, keeping its layout and order."""
-    cfg = OmegaConf.load(PRETRAIN_CONFIGS / family / config_name)
-    defaults = OmegaConf.to_container(cfg.defaults)
-    aug_name = next(d["augmentations"] for d in defaults if isinstance(d, dict) and "augmentations" in d)
-    pipelines = OmegaConf.load(PRETRAIN_CONFIGS / family / "augmentations" / aug_name)
-    anchor = pipelines[0].crop_size
-    return [
-        f"augmentations.{i}.crop_size={LARGE if p.crop_size == anchor else SMALL}"
-        for i, p in enumerate(pipelines)
-    ]
+    out = [f"views.crop_size={LARGE}"]
+    if "multicrop" in config_name:
+        out.append(f"views.positive_crop_size={SMALL}")
+    return out
 
 
 def pretrain_argv(
@@ -265,15 +261,19 @@ def test_ddp_two_processes(tiny_image_folder, tmp_path):
 # --------------------------------------------------------------------------- refusals
 
 
-def _write_augmentations(config_dir: Path, name: str, pipelines: List[Dict[str, int]]) -> None:
-    base = OmegaConf.load(PRETRAIN_CONFIGS / "cifar" / "augmentations" / "attentionnce.yaml")[0]
+def _write_augmentations(extra_dir: Path, name: str, pipelines: List[Dict[str, int]]) -> None:
+    """A group option ``augmentations/<name>.yaml``: the shipped anchor recipe with other sizes."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(PRETRAIN_CONFIGS / "cifar"), version_base="1.2"):
+        base = compose("attentionnce.yaml").augmentations[0]
     out = []
     for spec in pipelines:
-        p = OmegaConf.to_container(base)
+        p = OmegaConf.to_container(base, resolve=True)
         p.update(spec)
         out.append(p)
-    (config_dir / "augmentations").mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.create(out), config_dir / "augmentations" / f"{name}.yaml")
+    (extra_dir / "augmentations").mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(OmegaConf.create(out), extra_dir / "augmentations" / f"{name}.yaml")
 
 
 @pytest.mark.parametrize(
@@ -292,9 +292,10 @@ def test_bad_layout_refused_before_training(name, pipelines, message, tiny_image
     extra_dir = tmp_path / "extra_configs"
     _write_augmentations(extra_dir, name, pipelines)
     argv = pretrain_argv("cifar", "attentionnce.yaml", tiny_image_folder, tmp_path / "ckpt")
-    argv = [a for a in argv if not a.startswith("augmentations.")]
-    # argparse wants the option before Hydra's positional overrides
-    argv = [argv[0], "--config-dir", str(extra_dir), *argv[1:], f"augmentations={name}"]
+    argv = [a for a in argv if not a.startswith("views.")]
+    # argparse wants the option before Hydra's positional overrides; the new group option comes
+    # last in the defaults list, so its list replaces the shipped one.
+    argv = [argv[0], "--config-dir", str(extra_dir), *argv[1:], f"+augmentations={name}"]
     proc = run_script(argv, tmp_path, check=False)
     assert proc.returncode != 0
     assert "CropLayoutError" in proc.stdout and message in proc.stdout, proc.stdout[-3000:]

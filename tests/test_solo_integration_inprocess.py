@@ -28,14 +28,12 @@ from attnce_plugin.methods import (  # noqa: E402
     MethodConfigError,
     MoCoV3AttentionNCE,
 )
-from attnce_plugin.registration import (  # noqa: E402
-    install_parse_cfg_hooks,
-    register,
-    wrap_pretrain_parse_cfg,
-)
+from attnce_plugin.configs import config_dir  # noqa: E402
+from attnce_plugin.patches import patch_pretrain_parse_cfg, wrap_pretrain_parse_cfg  # noqa: E402
+from attnce_plugin.registration import register  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-PRETRAIN_CONFIGS = REPO / "configs" / "pretrain"
+PRETRAIN_CONFIGS = config_dir() / "pretrain"
 PAPER_D = {"cifar": (1, 10), "stl10": (2, 0.5)}
 
 
@@ -80,14 +78,17 @@ def test_register_is_idempotent_and_in_place():
     assert registry["mocov3"] is solo.methods.MoCoV3  # solo's own entries untouched
 
 
-def test_parse_cfg_hooks_patch_script_globals():
+def test_parse_cfg_patch_wraps_only_the_pretrain_scripts_global():
+    import solo.args.linear as solo_linear_args
+
     namespace = {"parse_cfg": solo_pretrain_args.parse_cfg}
-    install_parse_cfg_hooks(namespace)
-    install_parse_cfg_hooks(namespace)  # idempotent: no double wrapping
+    assert patch_pretrain_parse_cfg(namespace)
+    assert patch_pretrain_parse_cfg(namespace)  # idempotent: no double wrapping
     wrapped = namespace["parse_cfg"]
-    assert wrapped is solo_pretrain_args.parse_cfg
-    assert getattr(wrapped, "__attnce_original__") is not None
-    assert getattr(wrapped.__attnce_original__, "__attnce_original__", None) is None
+    assert wrapped.__attnce_original__ is solo_pretrain_args.parse_cfg
+    assert not hasattr(solo_pretrain_args.parse_cfg, "__attnce_original__")  # module untouched
+    linear = {"parse_cfg": solo_linear_args.parse_cfg}  # main_linear.py's global
+    assert not patch_pretrain_parse_cfg(linear) and linear["parse_cfg"] is solo_linear_args.parse_cfg
 
 
 # --------------------------------------------------------------------------- shipped configs
@@ -247,7 +248,7 @@ def test_mocov3_flag_reproduces_solo_mocov3_step_for_step(tiny_image_folder):
 @pytest.mark.parametrize(
     "method_cls,config_name,overrides",
     [
-        (AttentionNCE, "attentionnce_multicrop.yaml", ["augmentations.1.crop_size=16"]),
+        (AttentionNCE, "attentionnce_multicrop.yaml", ["views.positive_crop_size=16"]),
         (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml", ["method_kwargs.pred_hidden_dim=32", "augmentations.2.crop_size=16"]),
     ],
 )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Tuple, Union
+from typing import Optional, Tuple
 
 import torch
 
 from attnce_plugin.attention import (
     AttentionWeights,
+    LossWithAttention,
+    compute_dtype,
     fused_attention_nce,
     non_negatives,
     prototype_attention,
@@ -25,9 +27,7 @@ def attentionnce_loss_func(
     temperature: float = 0.5,
     d_pos: float = 1.0,
     d_neg: float = 1.0,
-    *,
-    return_attention: bool = False,
-) -> Union[torch.Tensor, Tuple[torch.Tensor, AttentionWeights]]:
+) -> torch.Tensor:
     """AttentionNCE loss of the local anchors against the gathered global batch.
 
     Each anchor is pulled towards the attention-weighted prototype of its image's M positive views
@@ -44,15 +44,46 @@ def attentionnce_loss_func(
         temperature: tau > 0.
         d_pos: positive-attention scale > 0.
         d_neg: negative-attention scale > 0.
-        return_attention: also return the detached :class:`AttentionWeights`.
 
     Returns:
-        Scalar mean loss over the V*b local anchors (fp32 whatever the input dtype); with
-        ``return_attention`` a tuple ``(loss, weights)`` with alpha [V*b, M] and beta [V*b, W*V*b].
+        Scalar mean loss over the V*b local anchors, in fp32 for fp32/fp16/bf16 inputs (also under
+        autocast) and in fp64 for fp64 inputs.
 
     Under DDP the anchors are gathered with gradient; with the per-process losses averaged as DDP
     averages gradients, W processes reproduce one process on the W*b images.
     """
+    return _attentionnce(anchors, positives, indexes, temperature, d_pos, d_neg, False)[0]
+
+
+def attentionnce_loss_with_attention(
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    indexes: torch.Tensor,
+    temperature: float = 0.5,
+    d_pos: float = 1.0,
+    d_neg: float = 1.0,
+) -> LossWithAttention:
+    """:func:`attentionnce_loss_func` and the attention weights of the call, for logging.
+
+    Returns:
+        ``LossWithAttention(loss, attention)``: the same loss, and detached weights with alpha
+        [V*b, M] and beta [V*b, W*V*b] (0 where ``valid`` is False).
+    """
+    loss, weights = _attentionnce(anchors, positives, indexes, temperature, d_pos, d_neg, True)
+    assert weights is not None
+    return LossWithAttention(loss, weights)
+
+
+def _attentionnce(
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    indexes: torch.Tensor,
+    temperature: float,
+    d_pos: float,
+    d_neg: float,
+    with_attention: bool,
+) -> Tuple[torch.Tensor, Optional[AttentionWeights]]:
+    """Both public functions: ``(loss, weights)``, weights None unless ``with_attention``."""
     temperature = check_positive_finite("temperature", temperature)
     d_pos = check_positive_finite("d_pos", d_pos)
     d_neg = check_positive_finite("d_neg", d_neg)
@@ -69,11 +100,13 @@ def attentionnce_loss_func(
         )
     num_views = anchors.shape[0] // b
 
-    # The logits reach K / tau; half precision would overflow or lose them, so work in fp32.
+    dtype = compute_dtype(anchors, positives)
+    # The logits reach K / tau; half precision would overflow or lose them, so work in fp32 (or
+    # the inputs' fp64).
     with torch.autocast(device_type=anchors.device.type, enabled=False):
         # Anchors and positives normalised in one call (one cat) rather than two; split, not
         # slicing, so that backward joins the two gradients in one kernel.
-        unit = l2_normalize(torch.cat([anchors.float(), positives.float().reshape(-1, dim)]))
+        unit = l2_normalize(torch.cat([anchors.to(dtype), positives.to(dtype).reshape(-1, dim)]))
         a, p = unit.split([anchors.shape[0], b * num_pos])
         p = p.view(b, num_pos, dim)
         # [b, V, d] view of the view-major anchors: each image's anchors next to its positives.
@@ -89,12 +122,12 @@ def attentionnce_loss_func(
         # (row, col) pairs of same-image entries otherwise (no [n, N] comparison).
         invalid, num_valid = non_negatives(local_idx, all_idx)
         per_anchor, beta = fused_attention_nce(
-            a, all_anchors, pos_logit, invalid, num_valid, temperature, d_neg, return_attention
+            a, all_anchors, pos_logit, invalid, num_valid, temperature, d_neg, with_attention
         )
         loss = per_anchor.mean()
 
-    if return_attention:
-        valid = valid_from_invalid(invalid, a.shape[0], all_idx.shape[0])
-        alpha = alpha.transpose(0, 1).reshape(-1, num_pos)
-        return loss, AttentionWeights(alpha=alpha, beta=beta, valid=valid)
-    return loss
+    if not with_attention:
+        return loss, None
+    valid = valid_from_invalid(invalid, a.shape[0], all_idx.shape[0])
+    alpha = alpha.transpose(0, 1).reshape(-1, num_pos)
+    return loss, AttentionWeights(alpha=alpha, beta=beta, valid=valid)

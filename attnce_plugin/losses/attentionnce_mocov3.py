@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import torch
 
 from attnce_plugin.attention import (
     AttentionWeights,
+    LossWithAttention,
+    compute_dtype,
     fused_attention_nce,
     prototype_attention,
     valid_from_invalid,
@@ -35,10 +37,9 @@ def attentionnce_mocov3_loss_func(
     temperature: float = 0.2,
     d_pos: float = 1.0,
     d_neg: float = 1.0,
-    *,
-    return_attention: bool = False,
-) -> Union[torch.Tensor, Tuple[torch.Tensor, AttentionWeights]]:
-    """AttentionNCE with MoCo v3's queries and momentum keys.
+) -> torch.Tensor:
+    """AttentionNCE with MoCo v3's queries and momentum keys (this project's design: the authors'
+    public code has only the SimCLR form).
 
     The positive of query i is the attention prototype over the momentum keys of image i: ``key[i]``
     (the other anchor view, MoCo v3's positive) and ``positive_keys[i]``. The negatives are the
@@ -53,12 +54,43 @@ def attentionnce_mocov3_loss_func(
         temperature: tau > 0.
         d_pos: positive-attention scale > 0.
         d_neg: negative-attention scale > 0.
-        return_attention: also return the detached :class:`AttentionWeights`.
 
     Returns:
-        Scalar loss (fp32); with ``return_attention`` a tuple ``(loss, weights)`` with
-        alpha [b, M+1] (column 0 is ``key``) and beta [b, W*b].
+        Scalar loss, in fp32 for fp32/fp16/bf16 inputs (also under autocast) and in fp64 for fp64
+        inputs.
     """
+    return _mocov3_form(query, key, positive_keys, temperature, d_pos, d_neg, False)[0]
+
+
+def attentionnce_mocov3_loss_with_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    positive_keys: Optional[torch.Tensor] = None,
+    temperature: float = 0.2,
+    d_pos: float = 1.0,
+    d_neg: float = 1.0,
+) -> LossWithAttention:
+    """:func:`attentionnce_mocov3_loss_func` and the attention weights of the call, for logging.
+
+    Returns:
+        ``LossWithAttention(loss, attention)``: the same loss, and detached weights with alpha
+        [b, M+1] (column 0 is ``key``) and beta [b, W*b].
+    """
+    loss, weights = _mocov3_form(query, key, positive_keys, temperature, d_pos, d_neg, True)
+    assert weights is not None
+    return LossWithAttention(loss, weights)
+
+
+def _mocov3_form(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    positive_keys: Optional[torch.Tensor],
+    temperature: float,
+    d_pos: float,
+    d_neg: float,
+    with_attention: bool,
+) -> Tuple[torch.Tensor, Optional[AttentionWeights]]:
+    """Both public functions: ``(loss, weights)``, weights None unless ``with_attention``."""
     temperature = check_positive_finite("temperature", temperature)
     d_pos = check_positive_finite("d_pos", d_pos)
     d_neg = check_positive_finite("d_neg", d_neg)
@@ -70,11 +102,12 @@ def attentionnce_mocov3_loss_func(
     if positive_keys is not None:
         check_shape("positive_keys", positive_keys, (b, None, dim), "[b, M, d]")
 
+    dtype = compute_dtype(query, key, *([] if positive_keys is None else [positive_keys]))
     with torch.autocast(device_type=query.device.type, enabled=False):
-        q = l2_normalize(query.float())
-        candidates = key.float().unsqueeze(1)
+        q = l2_normalize(query.to(dtype))
+        candidates = key.to(dtype).unsqueeze(1)
         if positive_keys is not None and positive_keys.shape[1] > 0:
-            candidates = torch.cat([candidates, positive_keys.float()], dim=1)
+            candidates = torch.cat([candidates, positive_keys.to(dtype)], dim=1)
         # [b, M + 1, d]: all keys normalised in one call; column 0 is MoCo v3's own key.
         candidates = l2_normalize(candidates)
         k = candidates[:, 0]
@@ -85,11 +118,11 @@ def attentionnce_mocov3_loss_func(
         all_keys = gather_no_grad(k)
         rows, cols, num_valid = _own_key_pairs(b, all_keys.shape[0], rank() * b, q.device)
         per_query, beta = fused_attention_nce(
-            q, all_keys, pos_logit, (rows, cols), num_valid, temperature, d_neg, return_attention
+            q, all_keys, pos_logit, (rows, cols), num_valid, temperature, d_neg, with_attention
         )
         loss = per_query.mean() * (2 * temperature)
 
-    if return_attention:
-        valid = valid_from_invalid((rows, cols), b, all_keys.shape[0])
-        return loss, AttentionWeights(alpha=alpha, beta=beta, valid=valid)
-    return loss
+    if not with_attention:
+        return loss, None
+    valid = valid_from_invalid((rows, cols), b, all_keys.shape[0])
+    return loss, AttentionWeights(alpha=alpha, beta=beta, valid=valid)

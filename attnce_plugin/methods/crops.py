@@ -20,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, Tuple
 
+import omegaconf
+import torch
+
 #: AttentionNCE (and MoCo v3) use exactly two anchor views per image.
 NUM_ANCHORS = 2
 
@@ -148,3 +151,57 @@ def resolve_crop_layout(
             "smaller (multi-crop)"
         )
     return CropLayout(anchor_size=anchor_size, positive_sizes=tuple(positive_sizes))
+
+
+def apply_crop_layout(cfg: omegaconf.DictConfig, *, require_positives: bool = True) -> CropLayout:
+    """Resolve anchor/positive roles from ``cfg.augmentations`` and tell solo-learn, in place.
+
+    Sets ``cfg.data.num_large_crops = 2`` (the anchors: forward + online classifier + kNN) and
+    ``cfg.data.num_small_crops = M`` (the positives: ``multicrop_forward``), whatever their sizes.
+    Idempotent, so it is safe both in the ``parse_cfg`` hook and in the methods (which also run when
+    a checkpoint's ``args.json`` is reloaded by ``main_knn.py``).
+
+    Raises:
+        CropLayoutError: the layout is not 2 anchors followed by positives; the message says what
+            to change.
+    """
+    if "augmentations" not in cfg or cfg.augmentations is None:
+        raise CropLayoutError(
+            "the config has no augmentations list; AttentionNCE needs a pipeline with num_crops: 2 "
+            "(the anchors) followed by positive crops"
+        )
+    layout = resolve_crop_layout(cfg.augmentations, require_positives=require_positives)
+    cfg.data.num_large_crops = layout.num_anchors
+    cfg.data.num_small_crops = layout.num_positives
+    return layout
+
+
+def take_positive_crops(method: Any) -> int:
+    """Hide the positive crops from solo-learn's ``BaseMethod.training_step`` and return M.
+
+    The methods forward the positives themselves (per crop or batched, see
+    :mod:`attnce_plugin.methods.positives`; MoCo's only through the momentum network), so solo-learn
+    must see the 2 anchors alone: no small crops, no ``multicrop_forward`` loop.
+    """
+    num_positives = int(method.num_small_crops)
+    method.num_small_crops = 0
+    method.num_crops = method.num_large_crops
+    method.multicrop = False
+    return num_positives
+
+
+def check_num_crops(crops: Sequence[torch.Tensor], num_anchors: int, num_positives: int) -> None:
+    """Refuse a batch whose crop count is not the configured anchors + positives.
+
+    solo-learn asserts the count itself; the methods here forward the positives on their own, so
+    they repeat the check with a message that says where the count comes from.
+
+    Raises:
+        ValueError: the batch holds a different number of crops.
+    """
+    if len(crops) != num_anchors + num_positives:
+        raise ValueError(
+            f"the batch holds {len(crops)} crops, but the augmentations configure "
+            f"{num_anchors} anchors + {num_positives} positives; the data pipeline and the model "
+            "were built from different augmentations lists"
+        )
