@@ -8,7 +8,7 @@ setup:
 
 # The main job: SimCLR, MoCo v3 and AttentionNCE side by side on Fashion-MNIST (see docs/results.md).
 bench: setup
-	$(PYTHON) -m attnce_plugin.bench
+	$(PYTHON) -m attnce_bench
 
 test: setup
 	$(PYTHON) -m pytest -q tests

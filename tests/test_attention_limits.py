@@ -1,14 +1,13 @@
-"""scripts/attention_limits.py prints the analytic limits of the attention diagnostics."""
+"""attnce_bench.experiments.attention_limits prints the analytic limits of the attention diagnostics."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import math
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "attention_limits.py"
 
 
 def _rows(text: str):
@@ -19,9 +18,7 @@ def _rows(text: str):
 
 
 def test_limits_match_closed_forms(capsys: pytest.CaptureFixture) -> None:
-    spec = importlib.util.spec_from_file_location("attention_limits", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("attnce_bench.experiments.attention_limits")
     module.main(["--images", "16", "--positives", "3", "--dim", "32"])
     rows = _rows(capsys.readouterr().out)
     k = 2 * 16 - 2

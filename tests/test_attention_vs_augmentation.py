@@ -1,4 +1,4 @@
-"""scripts/attention_vs_augmentation.py: the probe-attention measurement and CPU smoke runs.
+"""attnce_bench.experiments.attention_vs_augmentation: the probe-attention measurement and CPU smoke runs.
 
 Needs solo-learn >= 1.0.6 (the script rebuilds solo-learn methods); FAILS, not skips, without it.
 The checkpoints are built in-process from the shipped configs (no training: the weights are the
@@ -7,7 +7,7 @@ seeded initialisation, enough to exercise loading and both encoder layouts).
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import math
 from pathlib import Path
@@ -24,15 +24,12 @@ require_solo()  # loudly, at collection
 
 from conftest import compose_pretrain_cfg, run_script  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "attention_vs_augmentation.py"
 SCALES = (1.0, 0.3, 0.08)
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("attention_vs_augmentation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("attnce_bench.experiments.attention_vs_augmentation")
     return module
 
 
@@ -125,7 +122,7 @@ def test_probe_attention_matches_float64_softmax(script, d_pos):
 
 def test_smoke_attentionnce_checkpoint(checkpoints, tiny_image_folder, tmp_path):
     out = tmp_path / "out"
-    proc = run_script([str(SCRIPT), *_argv(checkpoints["attentionnce"], tiny_image_folder["val"],
+    proc = run_script(["-m", "attnce_bench.experiments.attention_vs_augmentation", *_argv(checkpoints["attentionnce"], tiny_image_folder["val"],
                                            out)], tmp_path, timeout=120)
     assert "M = 4 positives, P = 4 attention entries" in proc.stdout
     assert "d_pos = 1," in proc.stdout and "images = 4 x 2 draws" in proc.stdout
@@ -153,7 +150,7 @@ def test_moco_form_counts_the_other_anchor_key(script, checkpoints, tiny_image_f
 
 
 def test_refuses_scale_above_one(checkpoints, tiny_image_folder, tmp_path):
-    proc = run_script([str(SCRIPT), *_argv(checkpoints["attentionnce"], tiny_image_folder["val"],
+    proc = run_script(["-m", "attnce_bench.experiments.attention_vs_augmentation", *_argv(checkpoints["attentionnce"], tiny_image_folder["val"],
                                            tmp_path / "out"), "--scales", "1.5"],
                       tmp_path, check=False, timeout=120)
     assert proc.returncode != 0

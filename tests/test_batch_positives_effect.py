@@ -1,14 +1,12 @@
-"""scripts/batch_positives_effect.py: the variants it runs and its summary of the bench's results."""
+"""attnce_bench.experiments.batch_positives_effect: the variants it runs and its summary of the
+bench's results."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("bpe", REPO / "scripts" / "batch_positives_effect.py")
-bpe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bpe)
+from attnce_bench.api import BenchOptions
+from attnce_bench.experiments import batch_positives_effect as bpe
 
 
 def test_variants_differ_only_in_the_two_switches(tmp_path: Path) -> None:
@@ -17,13 +15,13 @@ def test_variants_differ_only_in_the_two_switches(tmp_path: Path) -> None:
                      "small_per_crop_bn_frozen", "small_batched_bn_frozen"]
     sets = {v[0]: v[2] for v in bpe.variants(12)}
     assert sets["full_per_crop"] == []
-    assert sets["small_batched"] == ["attentionnce:bench.positive_crop_size=12",
+    assert sets["small_batched"] == ["attentionnce:views.positive_crop_size=12",
                                      "attentionnce:method_kwargs.batch_positives=true"]
-    cmd = bpe.bench_command(tmp_path, sets["full_batched"], False, ["--preset", "smoke"])
-    assert cmd[1:3] == ["-m", "attnce_plugin.bench"]
-    assert cmd[cmd.index("--methods") + 1] == "attentionnce"
-    assert cmd[-2:] == ["--set", "attentionnce:method_kwargs.batch_positives=true"]
-    assert "--no-time-matched" in cmd and cmd[cmd.index("--extra-m") + 1] == ""
+    opts = bpe.bench_options(tmp_path, sets["full_batched"], False, BenchOptions(preset="smoke"))
+    assert opts.preset == "smoke" and opts.out == str(tmp_path)
+    assert list(opts.methods) == ["attentionnce"]
+    assert opts.sets == ["attentionnce:method_kwargs.batch_positives=true"]
+    assert opts.time_matched is False and list(opts.extra_m) == []
 
 
 def test_summary_is_mean_and_sample_std_over_ok_seeds() -> None:

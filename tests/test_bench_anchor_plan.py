@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from attnce_plugin.bench.plan import PlanOptions, build_plan
-from attnce_plugin.bench.runner import Budget, compose_config
+from attnce_bench.compose import Budget, run_config
+from attnce_bench.plan import PlanOptions, build_plan
 
 
 def _opts(**kw) -> PlanOptions:
@@ -24,8 +24,8 @@ def test_anchor_grid_adds_one_mean_run_and_composes(tmp_path: Path) -> None:
     assert [r.label for r in abl] == ["AttentionNCE (M=4, anchor=mean, d_pos=1, d_neg=10)"]
     assert dict(abl[0].settings) == {"method_kwargs.d_pos": 1.0, "method_kwargs.d_neg": 10.0,
                                      "method_kwargs.anchor": "mean"}
-    budget = Budget(batch_size=8, num_workers=0, train_path=str(tmp_path), val_path=None)
-    cfg = compose_config(abl[0], "fashion_mnist", budget, tmp_path / "run")
+    budget = Budget("fashion_mnist", 8, 0, str(tmp_path), None)
+    cfg = run_config(abl[0], budget, tmp_path / "run").resolved
     assert cfg.method == "attentionnce" and cfg.method_kwargs.anchor == "mean"
 
 

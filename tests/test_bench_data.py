@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnce_plugin.bench.data import (
+from attnce_bench.data import (
     CLASS_NAMES,
     DatasetMissingError,
     prepare_fashion_mnist,

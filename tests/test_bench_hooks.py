@@ -6,14 +6,16 @@ import inspect
 
 import pytest
 
-pytest.importorskip("solo")
+from attnce_plugin.solo_compat import require_solo
+
+require_solo()  # loudly: these tests need solo-learn
 
 
 def test_custom_val_transform_is_at_training_size() -> None:
     import solo.data.classification_dataloader as cls_data
     from PIL import Image
 
-    from attnce_plugin.bench.hooks import _patch_custom_val_transform
+    from attnce_bench.hooks import _patch_custom_val_transform
 
     original = cls_data.build_custom_pipeline
     try:
@@ -31,7 +33,7 @@ def test_custom_val_transform_is_at_training_size() -> None:
 def test_trainer_patch_keeps_signature_and_adds_logger(tmp_path) -> None:
     from lightning.pytorch import Trainer
 
-    from attnce_plugin.bench import hooks
+    from attnce_bench import hooks
 
     original = Trainer.__init__
     try:
@@ -46,7 +48,7 @@ def test_trainer_patch_keeps_signature_and_adds_logger(tmp_path) -> None:
 
 
 def test_negative_val_size_is_refused() -> None:
-    from attnce_plugin.bench.hooks import BenchHooks
+    from attnce_bench.hooks import BenchHooks
 
     with pytest.raises(ValueError, match="val_size"):
         BenchHooks(val_size=-1)

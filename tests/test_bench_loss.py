@@ -1,8 +1,8 @@
-"""scripts/bench_loss.py: its operation counter, its mask switch, and one tiny end-to-end run."""
+"""attnce_bench.cost.bench_loss: its operation counter, its mask switch, and one tiny end-to-end run."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from pathlib import Path
 
 import pytest
@@ -10,14 +10,11 @@ import torch
 
 import attnce_plugin.attention as head
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_loss.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_loss", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("attnce_bench.cost.bench_loss")
     return module
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnce_plugin.bench.plan import PlanOptions, build_plan, matched_epochs
+from attnce_bench.plan import PlanOptions, build_plan, matched_epochs
 
 
 def test_default_plan_has_every_comparison() -> None:

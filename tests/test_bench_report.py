@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from attnce_plugin.bench import report
+from attnce_bench import report
 
 
 def _row(label, seed, knn, comparison="equal-epoch", status="ok", method="simclr", **kw):
     base = dict(comparison=comparison, label=label, method=method, num_positives=0, seed=seed,
                 epochs=3, status=status, knn_acc1=knn, linear_acc1=knn - 1, offline_acc1=knn + 1,
+                offline_knn_acc1=knn + 2,
                 seconds_per_epoch=10.0 + seed, train_seconds=30.0, peak_rss_mib=900.0,
                 peak_pss_mib=800.0 + seed, matched_to=None)
     base.update(kw)
@@ -35,7 +36,7 @@ def test_markdown_and_csv(tmp_path: Path) -> None:
     ]
     rows = report.aggregate(results)
     md = report.render_markdown(rows, "# header", ["a note"])
-    assert "| SimCLR | 3 | 2 | 71.0 ± 1.4 | 70.0 ± 1.4 | 72.0 ± 1.4 | 10.5 | 30 | 801 |" in md
+    assert "| SimCLR | 3 | 2 | 71.0 ± 1.4 | 70.0 ± 1.4 | 73.0 ± 1.4 | 72.0 ± 1.4 | 10.5 | 30 | 801 |" in md
     assert "| AttentionNCE (M=4) | 3 | 1 (1 failed) | 75.0 |" in md
     # the equal-time section pairs the baseline with the row it was matched to
     section = md.split("## Equal wall-clock")[1]
@@ -50,7 +51,6 @@ def test_markdown_and_csv(tmp_path: Path) -> None:
 
 
 def test_plot_writes_png(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     rows = report.aggregate([_row("SimCLR", 0, 70.0), _row("SimCLR", 1, 72.0)])
     path = report.plot(rows, tmp_path / "r.png", "t")
     assert path is not None and path.read_bytes()[:4] == b"\x89PNG"

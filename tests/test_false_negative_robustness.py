@@ -1,4 +1,4 @@
-"""scripts/false_negative_robustness.py: SimCLR vs AttentionNCE at K = 2 / 5 classes.
+"""attnce_bench.experiments.false_negatives: SimCLR vs AttentionNCE at K = 2 / 5 classes.
 
 One real end-to-end smoke run on fake Fashion-MNIST IDX files (the bench and solo-learn's
 main_pretrain.py underneath, 4 pretraining runs of 2 batches each), the pure aggregation and
@@ -8,29 +8,22 @@ table code on hand-made results, and refused inputs.
 from __future__ import annotations
 
 import csv
-import importlib.util
+import importlib
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import REPO_ROOT, run_script, write_fake_fashion_mnist
-
-SCRIPT = REPO_ROOT / "scripts" / "false_negative_robustness.py"
+from conftest import run_script, write_fake_fashion_mnist
 
 
 @pytest.fixture(scope="module")
 def fnr() -> Any:
-    """The script, imported as a module."""
-    spec = importlib.util.spec_from_file_location("false_negative_robustness", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    """The experiment's module."""
+    return importlib.import_module("attnce_bench.experiments.false_negatives")
 
 
 def _table_rows(md: str) -> List[Dict[str, str]]:
@@ -45,25 +38,29 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
     # validation images hold every class at K <= 5. 20 / 10 per class in the fake files.
     source = write_fake_fashion_mnist(tmp_path / "idx", train_per_class=20, test_per_class=10)
     out = tmp_path / "fnr"
-    argv = [str(SCRIPT), "--preset", "smoke", "--classes", "2,5", "--num-train", "32",
+    argv = ["-m", "attnce_bench.experiments.false_negatives", "--preset", "smoke", "--classes", "2,5", "--num-train", "32",
             "--num-val", "10", "--data-source", str(source), "--out", str(out)]
     # One thread per process: the compute is tiny, and 2-thread OpenMP pools slow down many
     # times over when other jobs share the 2 cores.
     proc = run_script(argv, cwd=tmp_path, timeout=600, threads=1)  # fails loudly, also without solo
 
     md = (out / "table.md").read_text()
-    assert md.startswith("<!-- python3 ") and "--classes 2,5" in md.splitlines()[0]
+    assert md.startswith("<!-- python3 -m attnce_bench.experiments.false_negatives ")
+    assert "--classes 2,5" in md.splitlines()[0]
     assert md in proc.stdout  # printed as well
     rows = _table_rows(md)
     attention = "AttentionNCE (M=4, d_pos=1, d_neg=10)"
     assert [(r["K"], r["method"]) for r in rows] == [
-        ("2", "SimCLR"), ("2", attention), ("2", "random init"),
-        ("5", "SimCLR"), ("5", attention), ("5", "random init")]
+        ("2", "SimCLR"), ("2", attention), ("2", "random init (no pretraining)"),
+        ("2", "raw pixels"),
+        ("5", "SimCLR"), ("5", attention), ("5", "random init (no pretraining)"),
+        ("5", "raw pixels")]
     for r in rows:
         k = int(r["K"])
         assert r["false-neg. rate"] == f"1/{k} = {1 / k:.2f}" and float(r["chance %"]) == 100 / k
         assert 0 <= float(r["offline linear top-1 %"]) <= 100
-        if r["method"] != "random init":
+        assert 0 <= float(r["offline kNN top-1 %"]) <= 100
+        if r["method"] not in ("random init (no pretraining)", "raw pixels"):
             assert r["epochs"] == "1" and r["seeds"] == "1"
             assert 0 <= float(r["kNN top-1 %"]) <= 100 and 0 <= float(r["online linear top-1 %"]) <= 100
     by = {(r["K"], r["method"]): r for r in rows}
@@ -129,10 +126,10 @@ def test_rows_gap_and_table_from_hand_made_results(fnr: Any, tmp_path: Path) -> 
 
     table = fnr.markdown_table(rows)
     assert ("| 2 | 1/2 = 0.50 | 50.0 | AttentionNCE (M=4, d_pos=1, d_neg=10) | 4 | 2 | 71.5 ± 2.1 "
-            "| 66.5 ± 2.1 | n/a | +9.5 ± 3.5 |") in table
+            "| 66.5 ± 2.1 | n/a | n/a | +9.5 ± 3.5 |") in table
     assert ("| 5 | 1/5 = 0.20 | 20.0 | AttentionNCE (M=4, d_pos=1, d_neg=10) | 4 | 1 (1 failed) |"
             in table)
-    assert "| 5 | 1/5 = 0.20 | 20.0 | SimCLR | 4 | 2 | 42.0 ± 2.8 | 37.0 ± 2.8 | n/a | — |" in table
+    assert "| 5 | 1/5 = 0.20 | 20.0 | SimCLR | 4 | 2 | 42.0 ± 2.8 | 37.0 ± 2.8 | n/a | n/a | — |" in table
 
     path = fnr.write_csv(rows, tmp_path / "t.csv", {2: [4, 6], 5: [2, 3, 4, 6, 7]})
     with open(path) as fh:
@@ -164,20 +161,17 @@ def test_refuses_bad_input_before_training(fnr: Any, tmp_path: Path, capsys: pyt
     assert not (tmp_path / "out").exists()  # nothing prepared, nothing trained
 
 
-def test_custom_runs_get_the_bench_fashion_mnist_recipe(fnr: Any, tmp_path: Path) -> None:
-    # The class subsets go to the bench as --dataset custom; with the script's --set values the
-    # composed main_pretrain config must equal the bench's own Fashion-MNIST one (same views,
-    # blur/solarization off, validation at 32 px), apart from the run name.
-    from attnce_plugin.bench.plan import RunSpec
-    from attnce_plugin.bench.runner import DEFAULT_CONFIG_DIR, Budget, compose_config, parse_set
-
-    spec = RunSpec("AttentionNCE (M=4)", "attentionnce", "equal-epoch", 0, 1, 4)
-    sets = tuple(parse_set(s) for s in fnr.fashion_mnist_view_sets(DEFAULT_CONFIG_DIR))
-    assert sets, "custom.yaml and fashion_mnist.yaml differ in crop size at least"
-    configs = []
-    for dataset, budget_sets in (("fashion_mnist", ()), ("custom", sets)):
-        budget = Budget(batch_size=16, num_workers=0, train_path="t", val_path="v", sets=budget_sets)
-        cfg = OmegaConf.to_container(compose_config(spec, dataset, budget, tmp_path), resolve=False)
-        cfg.pop("name")
-        configs.append(cfg)
-    assert configs[0] == configs[1]
+def test_each_k_is_the_bench_on_a_class_subset(fnr: Any, tmp_path: Path) -> None:
+    """The options of one K: the bench's own Fashion-MNIST runs (shipped configs and overrides),
+    on the K classes, SimCLR and AttentionNCE only, and one ablation run per --dneg-grid value;
+    bench flags after '--' (and raw overrides after a second '--') are kept."""
+    budget = fnr.Budget(preset="smoke", seeds=(0, 1), epochs=2, batch_size=16, num_train=32,
+                        num_val=10, num_workers=0)
+    opts = fnr.bench_options(budget, [4, 6], tmp_path / "K2", tmp_path / "data", [1.0],
+                             ["--accelerator", "gpu", "--", "++trainer_flag=1"])
+    assert opts.dataset == "fashion_mnist" and list(opts.classes) == [4, 6]
+    assert list(opts.methods) == ["simclr", "attentionnce"] and not opts.time_matched
+    assert opts.ablation and list(opts.m_grid) == [] and list(opts.dpos_grid) == []
+    assert list(opts.dneg_grid) == [1.0] and list(opts.seeds) == [0, 1] and opts.epochs == 2
+    assert opts.accelerator == "gpu" and list(opts.overrides) == ["++trainer_flag=1"]
+    assert opts.out == str(tmp_path / "K2") and opts.data_cache == str(tmp_path / "data")

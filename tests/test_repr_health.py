@@ -20,8 +20,8 @@ require_solo()
 
 import lightning.pytorch as pl  # noqa: E402
 
-from attnce_plugin.bench import report  # noqa: E402
-from attnce_plugin.bench.probe import offline_health  # noqa: E402
+from attnce_bench import report  # noqa: E402
+from attnce_bench.probe import offline_health  # noqa: E402
 from attnce_plugin.methods import AttentionNCE  # noqa: E402
 from attnce_plugin.methods.health import ValidationSample, representation_health  # noqa: E402
 

@@ -60,16 +60,15 @@ class CropLayout:
         return any(size != self.anchor_size for size in self.positive_sizes)
 
 
-def _get(pipeline: Any, key: str, index: int) -> int:
-    """Read an integer ``key`` of pipeline ``index`` (DictConfig or dict), refusing junk."""
+def _get(pipeline: Any, key: str, index: int, minimum: int = 1) -> int:
+    """Read an integer ``key`` >= ``minimum`` of pipeline ``index`` (DictConfig or dict)."""
     try:
         value = pipeline[key]
     except (KeyError, TypeError, AttributeError):
         value = None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CropLayoutError(
-            f"augmentations[{index}].{key} must be a positive integer, got {value!r}"
-        )
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise CropLayoutError(f"augmentations[{index}].{key} must be {kind}, got {value!r}")
     return value
 
 
@@ -96,7 +95,9 @@ def resolve_crop_layout(
             "followed by one with num_crops: 4 (the positives)"
         )
     sizes = [_get(p, "crop_size", i) for i, p in enumerate(augmentations)]
-    counts = [_get(p, "num_crops", i) for i, p in enumerate(augmentations)]
+    # A positive pipeline may have 0 crops (the shipped configs' views.num_positives=0, used with
+    # solo-learn's own losses); the anchors' pipeline may not.
+    counts = [_get(p, "num_crops", i, minimum=0 if i else 1) for i, p in enumerate(augmentations)]
     anchor_size = sizes[0]
 
     # Leading pipelines at the anchors' size, up to 2 crops: those are the anchors.

@@ -15,7 +15,7 @@ own loss (``attentionnce_loss_with_attention(...)``), ``attention_stats`` and
 alignment is between the two anchor views; uniformity, effective rank and total variance are of
 the first anchor view's B projections (so the effective rank is at most B - 1).
 
-Usage: python3 scripts/attention_limits.py [--images 64] [--positives 4] [--dim 128] [--seed 0]
+Usage: python3 -m attnce_bench.experiments.attention_limits [--images 64] [--positives 4] [--dim 128] [--seed 0]
 """
 
 from __future__ import annotations

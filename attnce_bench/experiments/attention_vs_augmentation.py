@@ -18,7 +18,7 @@ entries there (P = M otherwise) and ``alpha*P = 1`` means uniform attention.
 Outputs in --out: table.md (also printed), results.csv, results.json, plot.png (alpha*P vs scale).
 
 Usage:
-    python3 scripts/attention_vs_augmentation.py --ckpt trained_models/.../run-ep=399.ckpt \\
+    python3 -m attnce_bench.experiments.attention_vs_augmentation --ckpt trained_models/.../run-ep=399.ckpt \\
         --data datasets/cifar10/val --num-images 512 --repeats 4 \\
         --scales 1.0,0.5,0.25,0.12,0.06 --out attn_vs_aug
 """
@@ -39,8 +39,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-# Run from a checkout without installing: the package is next to this folder.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attnce_plugin.attention import positive_attention  # noqa: E402
 

@@ -34,8 +34,8 @@ what a small-crop step should be compared with).
 
 Usage::
 
-    python3 scripts/bench_step.py                     # CPU, batch 32, 32 px crops
-    python3 scripts/bench_step.py --device cuda --batch-size 256
+    python3 -m attnce_bench.cost.bench_step                     # CPU, batch 32, 32 px crops
+    python3 -m attnce_bench.cost.bench_step --device cuda --batch-size 256
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # solo-learn, timm and lightning warn about deprecations on import; they do not concern a benchmark.
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=UserWarning)

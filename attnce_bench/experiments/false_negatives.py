@@ -7,18 +7,17 @@ for N training images. Training on K = 2, 5 and 10 classes of Fashion-MNIST ther
 false-negative rate to about 1/2, 1/5 and 1/10, with everything else held fixed: the same total
 number of training and validation images (class-stratified), the same budget, the same view recipe.
 
-For each K this script writes a class-subset copy of Fashion-MNIST
-(``attnce_plugin.bench.data.prepare_fashion_mnist(..., classes=...)``) and runs the benchmark
-(``python3 -m attnce_plugin.bench``) on it for SimCLR and AttentionNCE (SimCLR form), plus one
-AttentionNCE run per ``--dneg-grid`` value (the bench's ablation with only its d_neg grid). The K
+For each K this script runs the benchmark (:func:`attnce_bench.api.run_benchmark`) on a
+class-subset copy of Fashion-MNIST (``BenchOptions.classes``) for SimCLR and AttentionNCE (SimCLR
+form), plus one AttentionNCE run per ``--dneg-grid`` value (the bench's ablation with only its
+d_neg grid). The K
 classes are the first K of a seeded permutation of the 10 label ids (``--class-seed``, default 0:
 4 coat, 6 shirt, 2 pullover, 7 sneaker, 3 dress, 5 sandal, 9 ankle boot, 0 t-shirt, 8 bag,
 1 trouser), so the subsets are nested: each larger K adds classes to the smaller one.
 
-The runs see the bench's Fashion-MNIST recipe (configs/bench/datasets/fashion_mnist.yaml): the
-folders go to the bench as ``--dataset custom`` with ``--set`` values for every ``view`` and
-``bench`` setting in which custom.yaml differs. solo-learn counts class folders for its online
-linear classifier and the validation classes for its kNN, so both see K classes.
+The runs are the bench's Fashion-MNIST runs (the shipped configs plus the bench's overrides) on
+the class subset. solo-learn counts class folders for its online linear classifier and the
+validation classes for its kNN, so both see K classes.
 
 Output under ``--out`` (default ``bench_out/false_negatives``): ``table.md`` (also printed),
 ``table.csv``, ``plot.png``, and per K the bench's own folder ``K<k>/`` (results.md, runs/, ...)
@@ -26,39 +25,34 @@ whose finished runs a re-run reuses; the converted images go to ``data/``.
 
 Usage::
 
-    python3 scripts/false_negative_robustness.py --preset smoke --classes 2,5   # minutes
-    python3 scripts/false_negative_robustness.py --classes 2,5,10 --dneg-grid 1,10 --seeds 0,1
-    python3 scripts/false_negative_robustness.py --preset long --out bench_out/fn_long \\
-        -- --accelerator gpu --devices 0 --precision 16-mixed   # after --: more bench options
+    python3 -m attnce_bench.experiments.false_negatives --preset smoke --classes 2,5   # minutes
+    python3 -m attnce_bench.experiments.false_negatives --classes 2,5,10 --dneg-grid 1,10 --seeds 0,1
+    python3 -m attnce_bench.experiments.false_negatives --preset long --out bench_out/fn_long \\
+        -- --accelerator gpu --devices 0 --precision 16-mixed   # after --: more attnce-bench flags
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
+import dataclasses
 import math
-import os
 import shlex
-import subprocess
 import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-# Run from a checkout without installing: the package and configs/ are next to this folder.
-sys.path.insert(0, str(REPO_ROOT))
-# attnce_plugin imports solo-learn, whose dependencies warn at import; keep the output readable.
+# solo-learn's dependencies warn at import; keep the output readable.
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
-from attnce_plugin.bench.arglists import float_list, int_list  # noqa: E402
-from attnce_plugin.bench.data import CLASS_NAMES, DatasetMissingError  # noqa: E402
-from attnce_plugin.bench.plan import PRESETS  # noqa: E402
-from attnce_plugin.bench.report import aggregate, fmt_mean_std  # noqa: E402
+from attnce_bench.arglists import float_list, int_list  # noqa: E402
+from attnce_bench.data import CLASS_NAMES, DatasetMissingError  # noqa: E402
+from attnce_bench.plan import PRESETS  # noqa: E402
+from attnce_bench.report import aggregate, fmt_mean_std, table  # noqa: E402
 
 #: The K values 2..10 that a class subset of Fashion-MNIST allows (K = 1 has no negatives of
 #: another class at all).
@@ -72,13 +66,14 @@ RESERVED_BENCH_FLAGS = frozenset({
     "--out", "--dataset", "--train-path", "--val-path", "--data-cache", "--methods",
     "--extra-m", "--no-time-matched", "--ablation", "--ablation-method", "--m-grid",
     "--dpos-grid", "--dneg-grid", "--anchor-grid", "--preset", "--seeds", "--epochs",
-    "--batch-size", "--num-train", "--num-val", "--dry-run", "--crop-size",
+    "--batch-size", "--num-train", "--num-val", "--dry-run", "--crop-size", "--classes",
 })
 
 #: (RunResult attribute, table column title) of the accuracies reported.
 METRICS: Tuple[Tuple[str, str], ...] = (
     ("knn_acc1", "kNN top-1 %"),
     ("linear_acc1", "online linear top-1 %"),
+    ("offline_knn_acc1", "offline kNN top-1 %"),
     ("offline_acc1", "offline linear top-1 %"),
 )
 
@@ -90,9 +85,9 @@ MeanStd = Tuple[Optional[float], Optional[float]]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (budget flags mean what they mean for ``attnce_plugin.bench``)."""
+    """The command line (budget flags mean what they mean for ``attnce_bench``)."""
     p = argparse.ArgumentParser(
-        prog="false_negative_robustness.py",
+        prog="python3 -m attnce_bench.experiments.false_negatives",
         description=__doc__.split("\n\n")[0],
         epilog="Arguments after '--' go to every bench invocation unchanged (e.g. --accelerator "
         "gpu --devices 0, --no-offline-probe, --fresh, --set KEY=VALUE); a second '--' inside "
@@ -210,76 +205,27 @@ def false_negative_rate(k: int) -> float:
     return 1.0 / k
 
 
-def fashion_mnist_view_sets(config_dir: Path) -> List[str]:
-    """``--set`` values that give ``--dataset custom`` the bench's Fashion-MNIST recipe.
+def bench_options(budget: Budget, classes: Sequence[int], out: Path, data_cache: Path,
+                  dneg_grid: Sequence[float], extra: Sequence[str]) -> Any:
+    """The benchmark's options for one K: SimCLR and AttentionNCE on the class subset, plus the
+    ``--dneg-grid`` AttentionNCE rows; ``extra`` are attnce-bench flags (and after a second
+    ``--``, raw Hydra overrides) for hardware and evaluation."""
+    from attnce_bench.__main__ import build_parser, options_from_args
 
-    Every ``view.*`` and ``bench.*`` leaf of datasets/fashion_mnist.yaml that custom.yaml lacks or
-    sets differently (crop size, blur, solarization, validation size), so these runs and the
-    bench's own Fashion-MNIST runs train with the same augmentations.
-    """
-    from omegaconf import OmegaConf
-
-    def leaves(path: Path) -> Dict[str, Any]:
-        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-        out: Dict[str, Any] = {}
-
-        def walk(node: Any, prefix: str) -> None:
-            if isinstance(node, dict):
-                for key, value in node.items():
-                    walk(value, f"{prefix}.{key}" if prefix else str(key))
-            else:
-                out[prefix] = node
-
-        walk({k: v for k, v in cfg.items() if k in ("view", "bench")}, "")
-        return out
-
-    want = leaves(config_dir / "datasets" / "fashion_mnist.yaml")
-    have = leaves(config_dir / "datasets" / "custom.yaml")
-    return [f"{key}={value if isinstance(value, str) else json.dumps(value)}"
-            for key, value in want.items() if have.get(key, object()) != value]
-
-
-# --------------------------------------------------------------------------------------------
-# Running the bench
-
-
-def bench_argv(budget: Budget, train: Path, val: Path, out: Path, dneg_grid: Sequence[float],
-               view_sets: Sequence[str], extra: Sequence[str]) -> List[str]:
-    """Arguments of ``python3 -m attnce_plugin.bench`` for one K."""
-    argv = ["--preset", budget.preset, "--dataset", "custom",
-            "--train-path", str(train), "--val-path", str(val),
-            "--methods", ",".join(METHODS), "--no-time-matched", "--extra-m", "",
-            "--seeds", ",".join(map(str, budget.seeds)), "--epochs", str(budget.epochs),
-            "--batch-size", str(budget.batch_size),
-            # The bench gives the preset's worker count to its embedded data only; custom data
-            # would get custom.yaml's 4 workers otherwise.
-            "--num-workers", str(budget.num_workers), "--out", str(out)]
-    for s in view_sets:
-        argv += ["--set", s]
-    if dneg_grid:
+    flags, overrides = (list(extra), [])
+    if "--" in flags:
+        cut = flags.index("--")
+        flags, overrides = flags[:cut], flags[cut + 1:]
+    base = options_from_args(build_parser().parse_args(flags), overrides)
+    return dataclasses.replace(
+        base, preset=budget.preset, seeds=budget.seeds, epochs=budget.epochs,
+        batch_size=budget.batch_size, num_train=budget.num_train, num_val=budget.num_val,
+        classes=list(classes), methods=METHODS, time_matched=False, extra_m=(),
         # The bench's ablation with empty M and d_pos grids adds exactly one AttentionNCE run per
-        # d_neg (at M and d_pos of configs/bench/methods/attentionnce.yaml); a d_neg equal to
-        # that config's is the equal-epoch run already, which the bench does not repeat.
-        argv += ["--ablation", "--m-grid", "", "--dpos-grid", "",
-                 "--dneg-grid", ",".join(f"{d:g}" for d in dneg_grid)]
-    return argv + list(extra)
-
-
-def run_bench(argv: Sequence[str], log: Path) -> int:
-    """Run the bench in a subprocess: its printed report goes to ``log``, its progress to stderr."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        dict.fromkeys([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as fh:
-        return subprocess.call([sys.executable, "-m", "attnce_plugin.bench", *argv],
-                               stdout=fh, env=env)
-
-
-def load_results(bench_out: Path) -> List[Dict[str, Any]]:
-    """The per-run results the bench wrote (``results.json``); [] if it wrote none."""
-    path = bench_out / "results.json"
-    return json.loads(path.read_text()) if path.is_file() else []
+        # d_neg (at the shipped config's M and d_pos); a d_neg equal to the config's is the
+        # equal-epoch run already, which the bench does not repeat.
+        ablation=bool(dneg_grid), m_grid=(), dpos_grid=(), dneg_grid=tuple(dneg_grid),
+        out=str(out), data_cache=str(data_cache))
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,7 +277,7 @@ def attention_setting(result: Dict[str, Any]) -> Tuple[Optional[float], Optional
 def display_label(result: Dict[str, Any]) -> str:
     """Row name: "SimCLR", "AttentionNCE (M=4, d_pos=1, d_neg=10)", "random init"."""
     if result.get("comparison") == "reference":
-        return "random init"
+        return str(result["label"])
     if result.get("method") != "attentionnce":
         return str(result["label"])
     d_pos, d_neg = attention_setting(result)
@@ -388,14 +334,12 @@ def markdown_table(rows: Sequence[KRow]) -> str:
     """The combined table: one line per K x method setting."""
     head = ["K", "false-neg. rate", "chance %", "method", "epochs", "seeds"] + [
         t for _, t in METRICS] + ["kNN gap vs SimCLR (points)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        seeds = str(r.seeds) + (f" ({r.failed_seeds} failed)" if r.failed_seeds else "")
-        cells = [str(r.k), f"1/{r.k} = {false_negative_rate(r.k):.2f}", f"{r.chance:.1f}", r.label,
-                 r.epochs, seeds] + [fmt_mean_std(r.stats.get(a, (None, None))) for a, _ in METRICS]
-        cells.append(_signed(r.knn_gap))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return table(head, [
+        [str(r.k), f"1/{r.k} = {false_negative_rate(r.k):.2f}", f"{r.chance:.1f}", r.label,
+         r.epochs, str(r.seeds) + (f" ({r.failed_seeds} failed)" if r.failed_seeds else "")]
+        + [fmt_mean_std(r.stats.get(a, (None, None))) for a, _ in METRICS] + [_signed(r.knn_gap)]
+        for r in rows
+    ])
 
 
 def write_csv(rows: Sequence[KRow], path: Path, classes_by_k: Dict[int, Sequence[int]]) -> Path:
@@ -495,8 +439,9 @@ def render(rows: Sequence[KRow], command: str, budget: Budget,
         "balanced classes. Accuracies of different K are not comparable (chance is 100/K and the "
         "classes differ); compare methods within a K, e.g. with the gap column.",
         "- kNN (k=20) and online linear: solo-learn's, on the validation images after the last "
-        "epoch; offline linear: the bench's probe on frozen features (random init: the untrained "
-        "backbone). ± is the sample std over seeds; the gap's ± is sqrt(std_A^2 + std_SimCLR^2).",
+        "epoch; offline kNN and linear: the bench's on frozen features (random init: the untrained "
+        "backbone; raw pixels: the images). ± is the sample std over seeds; the gap's ± is "
+        "sqrt(std_A^2 + std_SimCLR^2).",
     ]
     if failures:
         parts.append("- FAILED: " + "; ".join(failures))
@@ -507,12 +452,7 @@ def render(rows: Sequence[KRow], command: str, budget: Budget,
 
 
 def _command(argv: Sequence[str]) -> str:
-    script = Path(__file__).resolve()
-    try:
-        shown = script.relative_to(Path.cwd())
-    except ValueError:
-        shown = script
-    return " ".join(["python3", str(shown), *map(shlex.quote, argv)])
+    return " ".join(["python3 -m attnce_bench.experiments.false_negatives", *map(shlex.quote, argv)])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -527,8 +467,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as err:
         parser.error(str(err))  # exits 2
 
-    from attnce_plugin.bench.data import prepare_fashion_mnist
-    from attnce_plugin.bench.runner import DEFAULT_CONFIG_DIR
+    from attnce_bench.api import run_benchmark
+    from attnce_bench.compose import BenchConfigError
+    from attnce_bench.data import prepare_fashion_mnist
     from attnce_plugin.solo_compat import require_solo
 
     out = args.out.resolve()
@@ -538,30 +479,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # before any training rather than after the first K.
     try:
         require_solo()
-        splits = {k: prepare_fashion_mnist(out / "data", budget.num_train, budget.num_val,
-                                           source=args.data_source, classes=classes_by_k[k])
-                  for k in args.classes}
-    except (DatasetMissingError, ValueError, ImportError) as err:
-        print(f"false_negative_robustness.py: error: {err}", file=sys.stderr)
+        for k in args.classes:
+            prepare_fashion_mnist(out / "data", budget.num_train, budget.num_val,
+                                  source=args.data_source, classes=classes_by_k[k])
+        opts = {k: bench_options(budget, classes_by_k[k], out / f"K{k}", out / "data",
+                                 args.dneg_grid, extra) for k in args.classes}
+    except (DatasetMissingError, ValueError, ImportError, SystemExit) as err:
+        print(f"false_negatives: error: {err}", file=sys.stderr)
         return 2
 
-    view_sets = fashion_mnist_view_sets(DEFAULT_CONFIG_DIR)
     results_by_k: Dict[int, List[Dict[str, Any]]] = {}
     failures: List[str] = []
     for k in sorted(args.classes):
-        bench_out = out / f"K{k}"
-        cmd = bench_argv(budget, splits[k].train, splits[k].val, bench_out, args.dneg_grid,
-                         view_sets, extra)
-        print(f"== K={k} (classes {classes_by_k[k]}): python3 -m attnce_plugin.bench "
-              + " ".join(map(shlex.quote, cmd)), file=sys.stderr, flush=True)
-        rc = run_bench(cmd, bench_out / "bench.log")
-        if rc == 2:  # a setting the bench refused: every K would fail the same way
-            print(f"false_negative_robustness.py: error: the bench refused its arguments; see "
-                  f"{bench_out / 'bench.log'} and the messages above", file=sys.stderr)
+        print(f"== K={k} (classes {classes_by_k[k]})", file=sys.stderr, flush=True)
+        try:
+            report = run_benchmark(opts[k], command=f"false_negatives K={k}")
+        except (BenchConfigError, ValueError) as err:  # every K would fail the same way
+            print(f"false_negatives: error: the bench refused its settings: {err}",
+                  file=sys.stderr)
             return 2
-        results_by_k[k] = load_results(bench_out)
-        if rc != 0 or not results_by_k[k]:
-            failures.append(f"K={k}: bench exit {rc}, see {bench_out}/results.md and bench.log")
+        results_by_k[k] = [dataclasses.asdict(r) for r in report.results]
+        if report.failed or not report.results:
+            failures.append(f"K={k}: {len(report.failed)} run(s) failed, see {report.out}/results.md")
 
     rows = build_rows(results_by_k)
     md = render(rows, _command(argv), budget, classes_by_k, failures)

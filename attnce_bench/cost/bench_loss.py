@@ -36,9 +36,9 @@ dense-mask path (what CUDA uses) or the index-pair path for the timed tables.
 
 Usage::
 
-    python3 scripts/bench_loss.py                 # full grid on CPU
-    python3 scripts/bench_loss.py --quick         # B in {64, 256}, M in {1, 4}
-    python3 scripts/bench_loss.py --device cuda   # full grid on a GPU
+    python3 -m attnce_bench.cost.bench_loss                 # full grid on CPU
+    python3 -m attnce_bench.cost.bench_loss --quick         # B in {64, 256}, M in {1, 4}
+    python3 -m attnce_bench.cost.bench_loss --device cuda   # full grid on a GPU
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # solo-learn, timm and lightning warn about deprecations on import; they do not concern a benchmark.
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=UserWarning)

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-#: Method config files under configs/bench/methods/, in table order.
+#: The bench methods, in table order (each: a shipped config and overrides, see compose.py).
 METHODS: Tuple[str, ...] = ("simclr", "mocov3", "attentionnce", "mocov3_attentionnce")
 
 #: Human-readable names for the tables.
@@ -88,7 +88,7 @@ class RunSpec:
 
     Attributes:
         label: table row, e.g. "AttentionNCE (M=2)"; runs sharing it are averaged over seeds.
-        method: config file under configs/bench/methods/ (also solo-learn's ``method:``).
+        method: a bench method (attnce_bench.compose.METHOD_RECIPES).
         comparison: "equal-epoch", "equal-time" or "ablation".
         seed: the run's seed.
         epochs: max_epochs; 0 for equal-time runs until the first seed's timings fix it.

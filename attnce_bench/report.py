@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 METRICS: Tuple[Tuple[str, str], ...] = (
     ("knn_acc1", "online kNN top-1 %"),
     ("linear_acc1", "online linear top-1 %"),
+    ("offline_knn_acc1", "offline kNN top-1 %"),
     ("offline_acc1", "offline linear top-1 %"),
 )
 
@@ -125,29 +126,36 @@ def _seeds(row: Row) -> str:
     return text
 
 
-def markdown_table(rows: Sequence[Row], extra_first: Optional[Tuple[str, Dict[str, str]]] = None) -> str:
+def table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A markdown table: a header line, a rule, one line per row (cells shown with ``str``).
+
+    The one table writer of the benchmark and of every experiment in attnce_bench.
+    """
+    lines = ["| " + " | ".join(map(str, head)) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(map(str, cells)) + " |" for cells in rows]
+    return "\n".join(lines)
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
     """A markdown table of rows: accuracies as mean ± std over seeds, time, memory."""
     head = ["method", "epochs", "seeds"] + [title for _, title in METRICS] + [
         "s / epoch", "train s", "peak mem MiB"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
-        cells = [row.label, _epochs(row), _seeds(row)]
-        cells += [fmt_mean_std(row.stats.get(attr, (None, None))) for attr, _ in METRICS]
-        cells += [_fmt(row.seconds_per_epoch), _fmt(row.train_seconds, 0), _fmt(row.peak_mem_mib, 0)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return table(head, [
+        [row.label, _epochs(row), _seeds(row)]
+        + [fmt_mean_std(row.stats.get(attr, (None, None))) for attr, _ in METRICS]
+        + [_fmt(row.seconds_per_epoch), _fmt(row.train_seconds, 0), _fmt(row.peak_mem_mib, 0)]
+        for row in rows
+    ])
 
 
 def health_table(rows: Sequence[Row]) -> str:
     """A markdown table of the representation-health columns (mean ± std over seeds)."""
     head = ["method", "epochs", "seeds"] + [title for _, title, _ in HEALTH]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
-        cells = [row.label, _epochs(row), _seeds(row)]
-        cells += [fmt_mean_std(row.stats.get(attr, (None, None)), digits)
-                  for attr, _, digits in HEALTH]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return table(head, [
+        [row.label, _epochs(row), _seeds(row)]
+        + [fmt_mean_std(row.stats.get(attr, (None, None)), digits) for attr, _, digits in HEALTH]
+        for row in rows
+    ])
 
 
 def _has_health(rows: Sequence[Row]) -> bool:
@@ -182,8 +190,9 @@ def render_markdown(rows: Sequence[Row], header: str, notes: Sequence[str] = (),
     eq = _section_rows(rows, "equal-epoch") + _section_rows(rows, "reference")
     if eq:
         parts += ["## Equal epochs", "", "Every method for the same number of epochs, batch size "
-                  "and seeds" + (" (the last row: the untrained backbone, for scale)" if
-                  _section_rows(rows, "reference") else "") + ".", "", markdown_table(eq), ""]
+                  "and seeds" + (" (the last rows: the untrained backbone and the raw pixels, on "
+                  "the same images, for scale)" if _section_rows(rows, "reference") else "") + ".",
+                  "", markdown_table(eq), ""]
     et = equal_time_rows(rows)
     if et:
         parts += ["## Equal wall-clock", "", "Each baseline retrained for as many epochs as fit in "
@@ -210,7 +219,8 @@ def write_csvs(results: Sequence[Any], rows: Sequence[Row], out_dir: Path) -> Tu
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_path, summary_path = out_dir / "runs.csv", out_dir / "summary.csv"
     run_fields = ["comparison", "label", "method", "num_positives", "seed", "epochs", "status",
-                  "epochs_done", "knn_acc1", "linear_acc1", "offline_acc1", "offline_l2",
+                  "epochs_done", "knn_acc1", "linear_acc1", "offline_knn_acc1", "offline_acc1",
+                  "offline_l2",
                   "offline_uniformity", "offline_eff_rank",
                   "seconds_per_epoch", "train_seconds", "wall_seconds", "probe_seconds",
                   "peak_rss_mib", "peak_pss_mib", "matched_to", "run_dir", "error"]
@@ -285,3 +295,103 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> Optional[Path]:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+#: Notes under every benchmark table (what each column is).
+BENCH_NOTES = (
+    "online kNN (k=20) and online linear probe: solo-learn's, inside main_pretrain.py, on the "
+    "validation images after the last epoch (the kNN's train bank: the augmented anchor crops of "
+    "the last epoch).",
+    "offline kNN and offline linear probe: on frozen backbone features of the un-augmented "
+    "training and validation images at the crop size (attnce_bench/probe.py): solo-learn's "
+    "weighted kNN rule (k=20, cosine, T=0.07) and softmax regression (L-BFGS, L2 picked on a "
+    "20 % hold-out); not solo's main_linear.py, which would upscale 32 px images to 224 px. "
+    "'random init' is the same on the untrained backbone (one per seed), 'raw pixels' on the "
+    "normalised images themselves.",
+    "s / epoch: training time of an epoch (first batch to last batch, validation excluded), mean "
+    "over epochs and seeds. train s: total training time of a run.",
+    "peak mem: peak over the run of the summed PSS (RSS where PSS is unavailable) of the "
+    "main_pretrain.py process tree, dataloader workers included; max over seeds.",
+    "± is the sample standard deviation over seeds; a single seed shows no ±.",
+)
+
+
+def _last_line(text: str) -> str:
+    lines = [t.strip() for t in text.splitlines()
+             if t.strip() and not t.startswith("Set the environment")]
+    return lines[-1] if lines else "?"
+
+
+def bench_markdown(results: Sequence[Any], command: str, preset: str, budget: Any, epochs: int,
+                   seeds: Sequence[int], data_note: str, total_seconds: float, machine: str,
+                   versions: str, when: str, ablation_base: Optional[str] = None) -> str:
+    """The benchmark's ``results.md``: header, tables, the runs' overrides, notes."""
+    rows = aggregate(results)
+    header = "\n".join([
+        "# attnce-bench results",
+        "",
+        f"- command: `{command}` (preset `{preset}`), {when}, total wall time "
+        f"{total_seconds / 60:.1f} min",
+        f"- machine: {machine}",
+        f"- software: {versions}",
+        f"- data: {data_note}",
+        f"- budget: {epochs} epochs (equal-epoch), batch {budget.batch_size}, seeds "
+        f"{', '.join(map(str, seeds))}; each run is a shipped config plus the overrides below "
+        "(its `config.yaml` and `command.sh` are in `runs/*/*/seed*/`)",
+    ])
+    notes = list(BENCH_NOTES)
+    failed = [r for r in results if _get(r, "status") != "ok"]
+    if failed:
+        notes.append("FAILED or skipped runs: " + "; ".join(
+            f"{_get(r, 'key')} ({_get(r, 'status')}: {_last_line(_get(r, 'error') or '')})"
+            for r in failed))
+    md = render_markdown(rows, header, [], ablation_base=ablation_base)
+    md += "\n" + overrides_section(results) + "\n## Notes\n\n" + "".join(
+        f"- {n}\n" for n in notes)
+    return md
+
+
+def overrides_section(results: Sequence[Any]) -> str:
+    """Which shipped config each kind of run used, and its overrides (paths shortened)."""
+    seen: Dict[str, Tuple[str, List[str]]] = {}
+    for r in results:
+        run_dir = _get(r, "run_dir")
+        if not run_dir or _get(r, "label") in seen:
+            continue
+        path = Path(run_dir) / "config.yaml"
+        if not path.is_file():
+            continue
+        lines = path.read_text().splitlines()
+        name = lines[0].removeprefix("# ").split(" from ")[0] if lines else "?"
+        overrides = [ln[4:] for ln in lines[1:] if ln.startswith("#   ")]
+        seen[str(_get(r, "label"))] = (name, overrides)
+    if not seen:
+        return ""
+    common = set.intersection(*(set(o) for _, o in seen.values()))
+    out = ["## Configs", "", "Every run is `main_pretrain.py --config-path pkg://attnce_plugin.configs "
+           "--config-name <config> <overrides>`. Overrides of every run:", ""]
+    first = next(iter(seen.values()))[1]
+    out += [f"    {o}" for o in first if o in common]
+    out += ["", "| row | config | its own overrides |", "|---|---|---|"]
+    for label, (name, overrides) in seen.items():
+        own = " ".join(f"`{o}`" for o in overrides if o not in common) or "none"
+        out.append(f"| {label} | `{name}` | {own} |")
+    return "\n".join(out) + "\n"
+
+
+def write_bench_report(results: Sequence[Any], markdown: str, out: Path, title: str) -> None:
+    """``results.md``, ``summary.csv``, ``runs.csv``, ``results.json`` and ``results.png``."""
+    import json
+    import sys
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.md").write_text(markdown)
+    rows = aggregate(results)
+    write_csvs(results, rows, out)
+    (out / "results.json").write_text(json.dumps(
+        [r if isinstance(r, dict) else asdict(r) for r in results], indent=2))
+    try:
+        plot(rows, out / "results.png", title)
+    except ImportError:
+        print("matplotlib is not installed: no results.png (pip install matplotlib)",
+              file=sys.stderr)

@@ -2,12 +2,12 @@
 
 Each run gets a folder ``<out>/runs/<comparison>/<label>/seed<k>/`` holding:
 
-* ``config.yaml``: the fully composed Hydra config the run used (configs/bench/common.yaml <-
-  datasets/<dataset>.yaml <- methods/<method>.yaml <- budget <- ``--set`` values);
-* ``command.sh``: the exact command, runnable by hand from that folder;
+* ``config.yaml``: what the run's shipped config and overrides resolve to, with both in its header
+  (:mod:`attnce_bench.compose`);
+* ``command.sh``: the exact command, runnable by hand (the shipped config and the overrides);
 * ``train.log``: main_pretrain.py's stdout and stderr;
 * ``epochs.jsonl``: one line per epoch written inside the run by
-  :class:`attnce_plugin.bench.hooks.BenchHooks` (training seconds, online kNN / linear accuracy);
+  :class:`attnce_bench.hooks.BenchHooks` (training seconds, online kNN / linear accuracy);
 * ``ckpt/``: solo-learn's checkpoint (the last epoch only);
 * ``result.json``: what the tables are built from.
 
@@ -31,37 +31,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 import attnce_plugin
+from attnce_bench.compose import CONFIG_ROOT, RunConfig, save_run_config
+from attnce_bench.plan import RunSpec
 
-from attnce_plugin.bench.plan import RunSpec
-
-#: Repository root (holds configs/ and the attnce_plugin package).
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG_DIR = REPO_ROOT / "configs" / "bench"
-
-#: Datasets with a file under configs/bench/datasets/.
-DATASETS = ("fashion_mnist", "cifar10", "cifar100", "stl10", "imagenet100", "custom")
-
-
-class BenchConfigError(ValueError):
-    """A benchmark setting is unknown or inconsistent."""
-
-
-@dataclass
-class Budget:
-    """Settings every run of one benchmark shares."""
-
-    batch_size: int
-    #: None keeps the dataset file's data.num_workers.
-    num_workers: Optional[int]
-    limit_train_batches: Optional[int] = None
-    limit_val_batches: Optional[int] = None
-    train_path: str = ""
-    val_path: Optional[str] = None
-    #: --set values: (method or None for all, dotted key, value string).
-    sets: Tuple[Tuple[Optional[str], str, str], ...] = ()
+#: The folder holding the attnce_bench and attnce_plugin packages (a checkout or site-packages).
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -85,6 +62,7 @@ class RunResult:
     knn_acc1: Optional[float] = None
     linear_acc1: Optional[float] = None
     offline_acc1: Optional[float] = None
+    offline_knn_acc1: Optional[float] = None
     offline_l2: Optional[float] = None
     offline_uniformity: Optional[float] = None
     offline_eff_rank: Optional[float] = None
@@ -101,112 +79,17 @@ class RunResult:
 
 
 # --------------------------------------------------------------------------------------------
-# Config composition
+# Reuse
 
 
-def parse_set(text: str) -> Tuple[Optional[str], str, str]:
-    """Parse a ``--set`` value: ``key=value`` (all runs) or ``method:key=value`` (one method)."""
-    if "=" not in text:
-        raise BenchConfigError(f"--set {text!r}: expected KEY=VALUE or METHOD:KEY=VALUE")
-    lhs, value = text.split("=", 1)
-    method: Optional[str] = None
-    if ":" in lhs:
-        method, lhs = lhs.split(":", 1)
-    if not lhs:
-        raise BenchConfigError(f"--set {text!r}: empty key")
-    return method, lhs.strip(), value.strip()
-
-
-def _load(path: Path) -> DictConfig:
-    if not path.is_file():
-        raise BenchConfigError(f"benchmark config file missing: {path}")
-    cfg = OmegaConf.load(path)
-    assert isinstance(cfg, DictConfig)
-    return cfg
-
-
-def compose_config(spec: RunSpec, dataset: str, budget: Budget, run_dir: Path,
-                   config_dir: Path = DEFAULT_CONFIG_DIR) -> DictConfig:
-    """The full main_pretrain.py config of one run (written to ``run_dir/config.yaml``).
-
-    Raises:
-        BenchConfigError: unknown dataset, method or ``--set`` key.
-    """
-    if dataset not in DATASETS:
-        raise BenchConfigError(f"--dataset={dataset!r}: allowed values are {list(DATASETS)}")
-    cfg = OmegaConf.merge(
-        _load(config_dir / "common.yaml"),
-        _load(config_dir / "datasets" / f"{dataset}.yaml"),
-        _load(config_dir / "methods" / f"{spec.method}.yaml"),
-    )
-    assert isinstance(cfg, DictConfig)
-    for key, value in spec.settings:
-        OmegaConf.update(cfg, key, value, merge=False)
-    cfg.name = f"{spec.method}-{dataset}-seed{spec.seed}"
-    cfg.seed = spec.seed
-    cfg.max_epochs = spec.epochs
-    cfg.optimizer.batch_size = budget.batch_size
-    if budget.num_workers is not None:
-        cfg.data.num_workers = budget.num_workers
-    cfg.data.train_path = budget.train_path
-    cfg.data.val_path = budget.val_path
-    cfg.checkpoint.dir = str(run_dir / "ckpt")
-    if budget.limit_train_batches is not None:
-        cfg.limit_train_batches = budget.limit_train_batches
-    if budget.limit_val_batches is not None:
-        cfg.limit_val_batches = budget.limit_val_batches
-    # --set values last, so the user always wins. New keys are allowed (solo reads many optional
-    # keys that the base files do not list), as with Hydra's ++key=value.
-    for method, key, value in budget.sets:
-        if method is not None and method != spec.method:
-            continue
-        parsed = OmegaConf.from_dotlist([f"{key}={value}"])
-        OmegaConf.update(cfg, key, OmegaConf.select(parsed, key), merge=True)
-
-    # The views: the 2 anchors, then M positives with the same recipe (the paper's setting), at
-    # bench.positive_crop_size when set (multi-crop: smaller positives, same recipe otherwise).
-    m = int(spec.num_positives)
-    view = OmegaConf.to_container(cfg.pop("view"), resolve=True)
-    assert isinstance(view, dict)
-    bench = cfg.pop("bench", {}) or {}
-    positive_view = dict(view, num_crops=m)
-    positive_size = bench.get("positive_crop_size", None)
-    if positive_size is not None:
-        if isinstance(positive_size, bool) or not isinstance(positive_size, int) or not (
-            1 <= positive_size <= int(view["crop_size"])
-        ):
-            raise BenchConfigError(
-                f"bench.positive_crop_size={positive_size!r}: must be an integer in "
-                f"1..{view['crop_size']} (the anchors' crop_size)"
-            )
-        positive_view["crop_size"] = positive_size
-    cfg.augmentations = [dict(view, num_crops=2)] + ([positive_view] if m > 0 else [])
-
-    hydra_cfg = OmegaConf.create({
-        "output_subdir": None,
-        "run": {"dir": "."},
-        "callbacks": {
-            "attnce_bench": {
-                "_target_": "attnce_plugin.bench.hooks.BenchHooks",
-                "log_file": str(run_dir / "epochs.jsonl"),
-                "val_size": int(bench.get("val_size", 0) or 0),
-            }
-        },
-    })
-    cfg.hydra = OmegaConf.merge(hydra_cfg, cfg.get("hydra", {}))
-    cfg.defaults = [
-        "_self_",
-        {"override hydra/hydra_logging": "disabled"},
-        {"override hydra/job_logging": "disabled"},
-    ]
-    return cfg
-
-
-def config_digest(cfg: DictConfig) -> str:
-    """Hash of a composed config and of the plugin's version, to tell whether a finished run can
-    be reused: a version that changes the loss's arithmetic (even only its fp32 rounding, which
-    changes every trained number) does not reuse the runs of an older one."""
-    text = f"attnce_plugin {attnce_plugin.__version__}\n" + OmegaConf.to_yaml(cfg, sort_keys=True)
+def config_digest(run: RunConfig) -> str:
+    """Hash of a run's resolved config, its command line and the plugin's version, to tell whether
+    a finished run can be reused: a version that changes the loss's arithmetic (even only its fp32
+    rounding, which changes every trained number) does not reuse the runs of an older one."""
+    text = "\n".join([
+        f"attnce_plugin {attnce_plugin.__version__}", run.config_name, *run.overrides,
+        *run.hydra_overrides, OmegaConf.to_yaml(run.resolved, sort_keys=True),
+    ])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -330,22 +213,23 @@ def _error_tail(log: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
-def pretrain_command(main_pretrain: Path, run_dir: Path, passthrough: Sequence[str]) -> List[str]:
-    return [sys.executable, str(main_pretrain), "--config-path", str(run_dir),
-            "--config-name", "config", *passthrough]
+def pretrain_command(main_pretrain: Path, run: RunConfig, passthrough: Sequence[str]) -> List[str]:
+    """solo-learn's main_pretrain.py on the shipped config with the run's overrides."""
+    return [sys.executable, str(main_pretrain), "--config-path", CONFIG_ROOT,
+            "--config-name", run.config_name, *run.overrides, *run.hydra_overrides, *passthrough]
 
 
 def _subprocess_env() -> Dict[str, str]:
     env = dict(os.environ)
-    # The run's cwd is its own folder: make this checkout's attnce_plugin importable there even
-    # when the package is not pip-installed.
-    paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # The run's cwd is its own folder: make these attnce_plugin / attnce_bench packages the ones
+    # imported there, whether installed or in a checkout.
+    paths = [str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.setdefault("PYTHONWARNINGS", "ignore")
     return env
 
 
-def run_pretrain(spec: RunSpec, cfg: DictConfig, run_dir: Path, main_pretrain: Path,
+def run_pretrain(spec: RunSpec, run: RunConfig, run_dir: Path, main_pretrain: Path,
                  passthrough: Sequence[str] = (),
                  on_epoch: Optional[Callable[[Dict[str, Any]], None]] = None) -> RunResult:
     """Run main_pretrain.py for one spec and collect its timings, accuracies and memory.
@@ -356,11 +240,12 @@ def run_pretrain(spec: RunSpec, cfg: DictConfig, run_dir: Path, main_pretrain: P
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("epochs.jsonl", "result.json"):
         (run_dir / stale).unlink(missing_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml")
-    cmd = pretrain_command(main_pretrain, run_dir, passthrough)
+    save_run_config(run, run_dir / "config.yaml")
+    cmd = pretrain_command(main_pretrain, run, passthrough)
     (run_dir / "command.sh").write_text(
         "#!/bin/sh\n# Re-run this benchmark run by hand (from any folder):\n"
-        f"cd {shlex.quote(str(run_dir))} && PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}} "
+        f"cd {shlex.quote(str(run_dir))} && "
+        f"PYTHONPATH={shlex.quote(str(PACKAGE_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}} "
         + " ".join(shlex.quote(c) for c in cmd) + "\n"
     )
     result = RunResult(key=spec.key, label=spec.label, method=spec.method,

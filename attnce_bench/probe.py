@@ -1,36 +1,39 @@
-"""Offline linear probe: multinomial logistic regression on frozen backbone features.
+"""Offline evaluation of frozen features: a linear probe and a weighted kNN, plus health values.
 
 solo-learn's ``main_linear.py`` trains its probe with solo's ``custom`` transforms, which
 upscale every image to 224 px (RandomResizedCrop(224) for training, Resize(256)+CenterCrop(224)
 for validation): on 32 px data that is ~49x the compute of the pretraining crops and would not
-fit the CPU budget. The benchmark therefore fits its own probe, the standard "linear evaluation on
-frozen features" protocol:
+fit the CPU budget. The benchmark therefore evaluates frozen features itself:
 
-1. load the backbone weights from the run's last solo-learn checkpoint (``backbone.*`` keys);
-2. extract features of every train and val image once, at the pretraining crop size
+1. the features: the backbone of a run's last checkpoint, rebuilt from its saved ``args.json``
+   and loaded as solo-learn's ``main_knn.py`` loads it (:func:`load_pretrained_backbone`); or,
+   for the reference rows, the untrained backbone (:func:`random_backbone`) or the raw pixels
+   (:class:`Pixels`). Every train and val image is embedded once at the pretraining crop size
    (Resize + CenterCrop, the pretraining normalisation, no augmentation);
-3. standardise with train statistics and fit a softmax classifier with L-BFGS, choosing the
-   L2 strength from a small grid on a stratified 20 % hold-out of the train features, then
-   refitting on all of them;
-4. report top-1 accuracy on the val images;
-5. representation health of the val features (:func:`offline_health`): uniformity (Wang & Isola,
-   2020) and effective rank of the covariance (Roy & Vetterli, 2007) of the backbone features, on
-   a seeded random subset of at most 2048 val images. Computed for every method alike (SimCLR and
-   MoCo v3 too), on the same frozen features the probe reads.
+2. linear probe: standardise with train statistics and fit a softmax classifier with L-BFGS,
+   choosing the L2 strength from a small grid on a stratified 20 % hold-out of the train
+   features, then refitting on all of them; top-1 accuracy on the val images;
+3. kNN: solo-learn's weighted kNN (k = 20, cosine similarity, weights exp(s / 0.07)), the
+   classifier of its online kNN, on the same frozen features (:func:`knn_accuracy`);
+4. representation health of the val features (:func:`offline_health`): uniformity (Wang & Isola,
+   2020) and effective rank of the covariance (Roy & Vetterli, 2007), on a seeded random subset of
+   at most 2048 val images.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from attnce_plugin.representation import effective_rank, uniformity
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from attnce_plugin.representation import effective_rank, uniformity
 
 #: L2 strengths tried on the hold-out split (per-sample loss, so comparable across sizes).
 DEFAULT_L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)
@@ -39,11 +42,17 @@ DEFAULT_L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)
 HEALTH_MAX_SAMPLES = 2048
 
 
+#: solo-learn's online kNN defaults (``solo.utils.knn.WeightedKNNClassifier``).
+KNN_K = 20
+KNN_T = 0.07
+
+
 @dataclass
 class ProbeResult:
-    """Outcome of :func:`linear_probe`."""
+    """Outcome of :func:`probe_backbone`: linear probe and kNN top-1 % on the val images."""
 
     acc1: float
+    knn_acc1: float
     l2: float
     num_train: int
     num_val: int
@@ -53,57 +62,50 @@ class ProbeResult:
     eff_rank: Optional[float] = None
 
 
-def build_backbone(cfg: Any) -> nn.Module:
-    """Build the backbone of a solo-learn pretraining config the way solo-learn's BaseMethod does.
+def load_pretrained_backbone(ckpt_path: Path) -> nn.Module:
+    """The backbone of a solo-learn checkpoint, rebuilt from the run's own saved config.
 
-    Args:
-        cfg: the run's composed config (``backbone.name``, ``backbone.kwargs``, ``method``,
-            ``data.dataset``).
+    solo-learn's ``Checkpointer`` writes ``args.json`` (the parsed config) beside each checkpoint;
+    the method is rebuilt from it and loaded exactly as solo-learn's ``main_knn.py`` does
+    (``METHODS[method].load_from_checkpoint(path, strict=False, cfg=cfg)``), on the CPU.
 
-    Returns:
-        The backbone with its classification head removed (outputs ``[B, features_dim]``).
+    Raises:
+        FileNotFoundError: no ``args.json`` beside the checkpoint.
     """
-    from solo.methods.base import BaseMethod
+    from solo.methods import METHODS
 
-    name = cfg["backbone"]["name"]
-    if name not in BaseMethod._BACKBONES:
-        raise ValueError(
-            f"backbone.name={name!r}: allowed values are {sorted(BaseMethod._BACKBONES)}"
-        )
-    kwargs = dict(cfg["backbone"].get("kwargs") or {})
-    method = str(cfg["method"])
-    # solo's ViT factories special-case the method name "mocov3"; our MoCo method builds the same.
-    if method.startswith("mocov3"):
-        method = "mocov3"
-    backbone = BaseMethod._BACKBONES[name](method, **kwargs)
-    if name.startswith("resnet"):
-        backbone.fc = nn.Identity()
-        if cfg["data"]["dataset"] in ("cifar10", "cifar100"):
-            # solo's CIFAR stem: 3x3 conv, no max-pool (weights come from the checkpoint).
-            backbone.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=2, bias=False)
-            backbone.maxpool = nn.Identity()
-    return backbone
+    import attnce_plugin
+
+    args_path = Path(ckpt_path).parent / "args.json"
+    if not args_path.is_file():
+        raise FileNotFoundError(f"{args_path}: solo-learn's args.json is missing beside {ckpt_path}")
+    attnce_plugin.register()
+    cfg = OmegaConf.create(json.loads(args_path.read_text()))
+    model = METHODS[cfg.method].load_from_checkpoint(
+        str(ckpt_path), strict=False, cfg=cfg, map_location="cpu"
+    )
+    return model.backbone.eval()
 
 
-def load_backbone(ckpt_path: Optional[Path], cfg: Any, seed: int = 0) -> nn.Module:
-    """Backbone of ``cfg`` with the ``backbone.*`` weights of a solo-learn checkpoint, in eval mode.
+def random_backbone(args_path: Path, seed: int) -> nn.Module:
+    """The untrained backbone of a run's config (its ``args.json``), initialised under ``seed``:
+    the "no pretraining" reference, which says what random features already reach."""
+    from solo.methods import METHODS
 
-    ``ckpt_path=None`` gives the randomly initialised backbone (seeded): the "no pretraining"
-    reference row, which says how much of a probe's accuracy random features already reach.
-    """
+    import attnce_plugin
+
+    attnce_plugin.register()
+    cfg = OmegaConf.create(json.loads(Path(args_path).read_text()))
     torch.manual_seed(seed)
-    backbone = build_backbone(cfg)
-    if ckpt_path is None:
-        return backbone.eval()
-    state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"]
-    prefix = "backbone."
-    weights = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-    if not weights:
-        raise ValueError(f"{ckpt_path}: no 'backbone.*' weights in the checkpoint's state_dict")
-    missing, unexpected = backbone.load_state_dict(weights, strict=False)
-    if missing:
-        raise ValueError(f"{ckpt_path}: backbone weights missing for {missing[:5]}...")
-    return backbone.eval()
+    return METHODS[cfg.method](cfg).backbone.eval()
+
+
+class Pixels(nn.Module):
+    """The "raw pixels" reference: the normalised image itself, flattened, as the feature."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[b, C, H, W] -> [b, C*H*W]."""
+        return x.flatten(1)
 
 
 def _dataset(dataset: str, folder: Path, train: bool, transform: Any) -> Any:
@@ -245,15 +247,46 @@ def offline_health(features: torch.Tensor, max_samples: int = HEALTH_MAX_SAMPLES
     return {"uniformity": float(uniformity(x)), "eff_rank": float(effective_rank(x))}
 
 
-def linear_probe(ckpt_path: Optional[Path], cfg: Any, train_dir: Path, val_dir: Path, image_size: int,
-                 mean: Sequence[float], std: Sequence[float], batch_size: int = 256,
-                 num_workers: int = 0, device: Optional[str] = None,
-                 l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> ProbeResult:
-    """Offline linear probe of a solo-learn checkpoint (see the module docstring).
+@torch.no_grad()
+def knn_accuracy(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
+                 val_y: torch.Tensor, k: int = KNN_K, temperature: float = KNN_T,
+                 chunk: int = 1024) -> float:
+    """Top-1 % of solo-learn's weighted kNN classifier with cosine similarity.
+
+    Each val feature votes with its k most similar train features (cosine), each vote weighted by
+    ``exp(similarity / temperature)``; the class with the largest summed weight wins. The same
+    rule as ``solo.utils.knn.WeightedKNNClassifier`` (its online kNN), written here because that
+    class is a torchmetrics metric that breaks with torchmetrics >= 1.0.
 
     Args:
-        ckpt_path: the run's ``.ckpt``; None probes a randomly initialised backbone.
-        cfg: the run's composed config (a DictConfig or a plain dict).
+        train_x: [N, D] train features; train_y: [N] labels.
+        val_x: [n, D] val features; val_y: [n] labels.
+        k: neighbours (at most N are used).
+        temperature: weight temperature.
+        chunk: val rows per similarity block (memory bound).
+    """
+    train = F.normalize(train_x.float(), dim=1)
+    val = F.normalize(val_x.float(), dim=1)
+    num_classes = int(max(train_y.max(), val_y.max())) + 1
+    k = min(k, train.shape[0])
+    correct = 0
+    for start in range(0, val.shape[0], chunk):
+        sims, idx = (val[start:start + chunk] @ train.T).topk(k, dim=1)
+        votes = torch.zeros(sims.shape[0], num_classes)
+        votes.scatter_add_(1, train_y[idx], (sims / temperature).exp())
+        correct += int((votes.argmax(dim=1) == val_y[start:start + chunk]).sum())
+    return 100.0 * correct / val.shape[0]
+
+
+def probe_backbone(backbone: nn.Module, dataset: str, train_dir: Path, val_dir: Path,
+                   image_size: int, mean: Sequence[float], std: Sequence[float],
+                   batch_size: int = 256, num_workers: int = 0, device: Optional[str] = None,
+                   l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> ProbeResult:
+    """Linear probe, kNN and health of a frozen feature extractor (see the module docstring).
+
+    Args:
+        backbone: [b, 3, H, W] -> [b, D] (a network, or :class:`Pixels`).
+        dataset: solo-learn's ``data.dataset`` (how the folders are read).
         train_dir / val_dir: image folders (ImageFolder layout), or torchvision's CIFAR/STL-10
             roots for those datasets (read with download=False).
         image_size: side the images are resized and centre-cropped to.
@@ -262,33 +295,26 @@ def linear_probe(ckpt_path: Optional[Path], cfg: Any, train_dir: Path, val_dir: 
     """
     start = time.perf_counter()
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    backbone = load_backbone(None if ckpt_path is None else Path(ckpt_path), cfg,
-                             seed=int(cfg.get("seed", 0)))
-    dataset = str(cfg["data"]["dataset"])
-    tr_x, tr_y = extract_features(backbone, _loader(dataset, train_dir, True, image_size, mean, std,
-                                                    batch_size, num_workers), dev)
-    va_x, va_y = extract_features(backbone, _loader(dataset, val_dir, False, image_size, mean, std,
-                                                    batch_size, num_workers), dev)
+    loaders = [_loader(dataset, folder, train, image_size, mean, std, batch_size, num_workers)
+               for folder, train in ((train_dir, True), (val_dir, False))]
+    (tr_x, tr_y), (va_x, va_y) = (extract_features(backbone, loader, dev) for loader in loaders)
     acc, l2 = probe_features(tr_x, tr_y, va_x, va_y, l2_grid)
+    knn = knn_accuracy(tr_x, tr_y, va_x, va_y)
     health = offline_health(va_x)
-    return ProbeResult(acc1=acc, l2=l2, num_train=int(tr_y.numel()), num_val=int(va_y.numel()),
-                       seconds=time.perf_counter() - start, **health)
+    return ProbeResult(acc1=acc, knn_acc1=knn, l2=l2, num_train=int(tr_y.numel()),
+                       num_val=int(va_y.numel()), seconds=time.perf_counter() - start, **health)
 
 
 def probe_settings(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """Image size and normalisation of a composed pretraining config, as the probe needs them."""
-    from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+    """Image size and normalisation of a run's config, as the probe needs them.
 
-    first = cfg["augmentations"][0]
-    dataset_stats = {
-        "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-        "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-        "stl10": ((0.4914, 0.4823, 0.4466), (0.247, 0.243, 0.261)),
-    }
-    # Same rule as solo's build_transform_pipeline: fixed stats for the named datasets, the
-    # augmentation's own (or ImageNet's) otherwise.
-    mean, std = dataset_stats.get(
-        cfg["data"]["dataset"],
-        (tuple(first.get("mean", IMAGENET_DEFAULT_MEAN)), tuple(first.get("std", IMAGENET_DEFAULT_STD))),
-    )
-    return {"image_size": int(first["crop_size"]), "mean": tuple(mean), "std": tuple(std)}
+    The normalisation is read off solo-learn's own ``build_transform_pipeline`` for the first
+    (anchor) pipeline, so the probe sees the pretraining statistics whatever the dataset.
+    """
+    from solo.data.pretrain_dataloader import build_transform_pipeline
+    from torchvision import transforms
+
+    first = OmegaConf.create(cfg["augmentations"][0])
+    pipeline = build_transform_pipeline(cfg["data"]["dataset"], first)
+    norm = next(t for t in pipeline.transforms if isinstance(t, transforms.Normalize))
+    return {"image_size": int(first["crop_size"]), "mean": tuple(norm.mean), "std": tuple(norm.std)}
