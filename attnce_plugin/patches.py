@@ -1,13 +1,17 @@
 """Every change the plugin makes to solo-learn at run time, and every solo-learn line it relies on.
 
-solo-learn's scripts (``main_pretrain.py``, ``main_knn.py``, ``main_umap.py``) run unmodified.
-Two patches make them run the plugin's methods, both applied only through the plugin's own entry
-points (the Hydra callback of the shipped configs, the CLI wrappers, :func:`attnce_plugin.register`)
-and neither changing anything for solo-learn's own methods:
+solo-learn's scripts (``main_pretrain.py``, ``main_linear.py``, ``main_knn.py``, ``main_umap.py``)
+run unmodified. Three patches make them run the plugin's methods, all applied only through the
+plugin's own entry points (the Hydra callback of the shipped configs, the CLI wrappers,
+:func:`attnce_plugin.register`) and none changing anything for solo-learn's own methods or
+backbones:
 
 1. :func:`add_methods`: ``attentionnce`` and ``mocov3_attentionnce`` are added to the
    ``solo.methods.METHODS`` dict in place (new keys only; solo-learn's entries are untouched).
-2. :func:`patch_pretrain_parse_cfg`: the ``parse_cfg`` global of ``main_pretrain.py`` is wrapped so
+2. :func:`add_backbones`: ``cifar_resnet18`` and ``cifar_resnet50`` (the authors' 32 px ResNet,
+   :mod:`attnce_plugin.backbones`, used by the paper configs) are added to solo-learn's
+   ``BaseMethod._BACKBONES`` dict in place (new keys only).
+3. :func:`patch_pretrain_parse_cfg`: the ``parse_cfg`` global of ``main_pretrain.py`` is wrapped so
    that a config of one of the plugin's methods gets its crop roles (2 anchors + M positives at any
    size) before ``main_pretrain.py`` refuses ``num_large_crops != 2``; any other method's config
    goes to solo-learn's ``parse_cfg`` untouched. (It also resolves the config's interpolations in
@@ -59,6 +63,25 @@ def add_methods(registry: MutableMapping[str, type], ours: Dict[str, type]) -> N
                     f"{existing.__qualname__}; attnce_plugin will not overwrite it"
                 )
         registry[name] = cls
+
+
+def add_backbones(registry: MutableMapping[str, Any], ours: Dict[str, Any]) -> None:
+    """Add ``ours`` to solo-learn's backbone registry (``BaseMethod._BACKBONES``) in place;
+    idempotent. In place because ``BaseMethod.__init__`` and ``main_linear.py`` check names
+    against that same dict.
+
+    Raises:
+        RuntimeError: the registry already holds another factory under one of our names.
+    """
+    for name, factory in ours.items():
+        existing = registry.get(name)
+        if existing is not None and existing is not factory:
+            if not getattr(existing, "__module__", "").startswith("attnce_plugin."):
+                raise RuntimeError(
+                    f"solo-learn's BaseMethod._BACKBONES['{name}'] is already {existing!r}; "
+                    "attnce_plugin will not overwrite it"
+                )
+        registry[name] = factory
 
 
 def wrap_pretrain_parse_cfg(parse_cfg: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -167,6 +190,26 @@ def _check_scripts_look_up_methods() -> Optional[str]:
     return None
 
 
+def _check_backbone_registry() -> Optional[str]:
+    from solo.methods.base import BaseMethod
+
+    if not isinstance(BaseMethod._BACKBONES, dict):
+        return "BaseMethod._BACKBONES is not a dict"
+    problem = _needs(
+        inspect.getsource(BaseMethod.__init__),
+        "assert cfg.backbone.name in BaseMethod._BACKBONES",
+        'if self.backbone_name.startswith("resnet"):',
+        "self.features_dim: int = self.backbone.num_features",
+    )
+    if problem:
+        return f"BaseMethod.__init__ {problem}"
+    return _needs(
+        _script_source("main_linear.py"),
+        "backbone_model = BaseMethod._BACKBONES[cfg.backbone.name]",
+        'if cfg.backbone.name.startswith("resnet"):',
+    )
+
+
 def _check_parse_cfg_global() -> Optional[str]:
     return _needs(
         _script_source("main_pretrain.py"),
@@ -230,6 +273,13 @@ RELIANCES: List[Reliance] = [
         "main_knn.py:37,133; main_umap.py:28,47",
         "main_knn.py / main_umap.py look the checkpoint's method up in the same METHODS dict",
         _check_scripts_look_up_methods,
+    ),
+    Reliance(
+        "add_backbones (registration)",
+        "solo/methods/base.py:74,186-204; main_linear.py:59-69",
+        "BaseMethod and main_linear.py look backbones up in the BaseMethod._BACKBONES dict and "
+        "only touch the stem of names starting with 'resnet' (others give num_features)",
+        _check_backbone_registry,
     ),
     Reliance(
         "patch_pretrain_parse_cfg",

@@ -245,6 +245,35 @@ def test_mocov3_flag_reproduces_solo_mocov3_step_for_step(tiny_image_folder):
         assert torch.equal(v1, v2), f"after training, {k1} differs"
 
 
+def test_simclr_flag_reproduces_solo_simclr_step_for_step(tiny_image_folder):
+    """loss=simclr with 4 extra positive crops in every batch == solo's SimCLR on the anchors
+    (the bench's SimCLR row and the paper's SimCLR baseline rely on it)."""
+    ours_cfg = _tiny_cfg("attentionnce.yaml", tiny_image_folder["train"], ["+method_kwargs.loss=simclr"])
+    solo_cfg = copy.deepcopy(ours_cfg)
+    solo_cfg.method = "simclr"
+    solo_cfg.method_kwargs = {
+        k: ours_cfg.method_kwargs[k] for k in ("proj_hidden_dim", "proj_output_dim", "temperature")
+    }
+    solo_cfg.augmentations = solo_cfg.augmentations[:1]
+    solo_cfg.data.num_small_crops = 0
+
+    batches = _batches(num_steps=3, num_crops=6, small=32)
+    pl.seed_everything(5)
+    ours = AttentionNCE(ours_cfg)
+    pl.seed_everything(5)
+    reference = solo.methods.SimCLR(solo_cfg)
+    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2), k1
+
+    ours_rec = _fit(ours, batches)
+    ref_rec = _fit(reference, [[i, crops[:2], y] for i, crops, y in batches])
+    assert len(ref_rec.losses) == 3
+    for step, (a, b) in enumerate(zip(ours_rec.losses, ref_rec.losses)):
+        assert torch.equal(a, b), f"step {step}: ours {a.item()} vs solo {b.item()}"
+    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
+        assert torch.equal(v1, v2), f"after training, {k1} differs"
+
+
 @pytest.mark.parametrize(
     "method_cls,config_name,overrides",
     [
