@@ -129,6 +129,9 @@ def _patch_trainer(log_file: str) -> None:
 def _patch_custom_val_transform(val_size: int, mean: Any, std: Any) -> None:
     """Validate ``custom`` datasets at ``val_size`` px instead of Resize(256) + CenterCrop(224).
 
+    The replacement follows solo-learn's own ``build_custom_pipeline``
+    (``solo/data/classification_dataloader.py``), with the crop size changed.
+
     ``prepare_transforms`` looks ``build_custom_pipeline`` up in its module's globals at call
     time, so replacing the module attribute is enough.
     """

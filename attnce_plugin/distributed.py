@@ -29,6 +29,9 @@ def rank() -> int:
 class _AllGatherWithGrad(torch.autograd.Function):
     """all_gather whose backward sums the gradients of every process for this process's slice.
 
+    The same pattern as solo-learn's ``GatherLayer`` (``solo/utils/misc.py``), which its SimCLR
+    loss uses; written here so that the losses import with torch alone.
+
     With the per-process losses averaged by DDP afterwards, the parameter gradients equal those of
     one process computing the mean loss over the whole global batch.
     """

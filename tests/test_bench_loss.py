@@ -60,3 +60,25 @@ def test_tiny_run_prints_every_table(bench, monkeypatch, capsys, tmp_path):
     solo, dense, pairs = (int(c) for c in counts.strip("|").split("|")[:3])
     # The index-pair path dispatches more (sort, searchsorted, ...) than the dense comparison.
     assert 0 < solo and 0 < dense < pairs
+
+
+def test_authors_port_equals_the_float64_formula_and_overflows_where_theirs_does(bench):
+    """The port of the authors' function against tests/reference.py (unique indexes, so their
+    position mask is the index mask); at tau = 0.05 with a hard negative, their exp(beta * n /
+    tau) overflows fp32 while the plugin's loss stays finite."""
+    import reference
+
+    from attnce_plugin.losses import attentionnce_loss_func
+
+    g = torch.Generator().manual_seed(0)
+    anchors = torch.randn(2 * 6, 8, generator=g, dtype=torch.float64)
+    positives = torch.randn(6, 3, 8, generator=g, dtype=torch.float64)
+    want = reference.simclr_form(anchors, positives, torch.arange(6), 0.5, 1.0, 2.0)
+    got = bench.authors_loss(anchors, positives, 0.5, 1.0, 2.0)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+    hard = anchors.float().clone()
+    hard[1] = hard[0] + 1e-3 * torch.randn(8, generator=g)  # image 1's anchor ~ image 0's
+    pos = positives.float()
+    assert not torch.isfinite(bench.authors_loss(hard, pos, 0.05, 1.0, 0.01))
+    assert torch.isfinite(attentionnce_loss_func(hard, pos, torch.arange(6), 0.05, 1.0, 0.01))

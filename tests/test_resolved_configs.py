@@ -112,3 +112,15 @@ def test_every_shipped_config_is_covered() -> None:
     }
     missing = {successor(n)[0] for n in OLD} - shipped
     assert not missing, f"0.2.0 configs without a successor: {sorted(missing)}"
+
+
+def test_attnce_configs_prints_the_folder_to_pass_as_config_path(capsys) -> None:
+    from attnce_plugin.cli.configs import main
+
+    assert main(["pretrain/cifar"]) == 0
+    assert capsys.readouterr().out.strip() == str(config_dir() / "pretrain" / "cifar")
+    assert main(["--list"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert "pretrain/cifar/attentionnce_paper.yaml" in listed
+    assert "linear/stl10/attentionnce_paper.yaml" in listed
+    assert main(["nowhere"]) == 2

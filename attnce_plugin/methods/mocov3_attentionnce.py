@@ -128,6 +128,7 @@ class MoCoV3AttentionNCE(AttentionNCECore, MoCoV3):
             return total
 
         # MoCoV3.training_step is this plus MoCo v3's loss (patches.RELIANCES): skip to its parent.
+        # The two symmetric terms q1-k2 and q2-k1 follow solo-learn's MoCoV3.training_step.
         out = BaseMomentumMethod.training_step(self, anchor_batch, batch_idx)
         queries, keys = out["q"], out["momentum_k"]
         # momentum_forward is no_grad: the positives' keys are targets, like MoCo's keys.
