@@ -77,14 +77,18 @@ def mocov3_form(
     tau: float,
     d_pos: Optional[float],
     d_neg: Optional[float],
+    key_in_prototype: bool = True,
 ) -> torch.Tensor:
-    """Reference for ``attentionnce_mocov3_loss_func``: query, key [b, d], positive_keys [b, M, d]."""
+    """Reference for ``attentionnce_mocov3_loss_func``: query, key [b, d], positive_keys [b, M, d].
+    ``key_in_prototype=False``: the positives are the M positive keys alone."""
     q = _unit(query)
     k = _unit(key)
     pk = None if positive_keys is None else _unit(positive_keys)
     losses = []
     for i in range(q.shape[0]):
         pos_items = k[i : i + 1] if pk is None else torch.cat([k[i : i + 1], pk[i]], dim=0)
+        if not key_in_prototype:
+            pos_items = pk[i]
         negs = [j for j in range(k.shape[0]) if j != i]
         losses.append(_row_loss(q[i], pos_items, k[negs], tau, d_pos, d_neg))
     return torch.stack(losses).mean() * (2 * tau)

@@ -98,6 +98,30 @@ def test_mocov3_form_matches_reference(b, m, d, tau, d_pos, d_neg):
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("b,m,d,tau,d_pos,d_neg", SETTINGS)
+def test_mocov3_form_without_the_partner_key_matches_reference(b, m, d, tau, d_pos, d_neg):
+    """key_in_prototype=False: the prototype is over the positives' keys alone; the partner key is
+    neither positive nor negative; the weights' alpha has M columns."""
+    g = torch.Generator().manual_seed(2)
+    query, key = torch.randn(b, d, generator=g), torch.randn(b, d, generator=g)
+    pos_keys = torch.randn(b, m, d, generator=g) + key.unsqueeze(1)
+    got = attentionnce_mocov3_loss_func(query, key, pos_keys, tau, d_pos, d_neg,
+                                        key_in_prototype=False)
+    want = reference.mocov3_form(query, key, pos_keys, tau, d_pos, d_neg, key_in_prototype=False)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    _, weights = attentionnce_mocov3_loss_with_attention(query, key, pos_keys, tau, d_pos, d_neg,
+                                                         key_in_prototype=False)
+    assert weights.alpha.shape == (b, m)
+
+
+def test_mocov3_form_without_the_partner_key_needs_positives():
+    q, k = torch.randn(3, 4), torch.randn(3, 4)
+    with pytest.raises(ValueError, match="key_in_prototype=False needs positive_keys"):
+        attentionnce_mocov3_loss_func(q, k, None, key_in_prototype=False)
+    with pytest.raises(TypeError, match="key_in_prototype must be True or False"):
+        attentionnce_mocov3_loss_func(q, k, torch.randn(3, 2, 4), key_in_prototype="no")
+
+
 def test_unnormalised_inputs_are_scale_free():
     anchors, positives, indexes = _inputs(4, 3, 8)
     base = attentionnce_loss_func(anchors, positives, indexes, 0.5, 1.0, 1.0)

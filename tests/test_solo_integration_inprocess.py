@@ -279,6 +279,7 @@ def test_simclr_flag_reproduces_solo_simclr_step_for_step(tiny_image_folder):
     [
         (AttentionNCE, "attentionnce_multicrop.yaml", ["views.positive_crop_size=16"]),
         (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml", ["method_kwargs.pred_hidden_dim=32", "augmentations.2.crop_size=16"]),
+        (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml", ["method_kwargs.pred_hidden_dim=32", "augmentations.2.crop_size=16", "+method_kwargs.key_in_prototype=false"]),
     ],
 )
 def test_attentionnce_trains_with_all_params_getting_gradients(

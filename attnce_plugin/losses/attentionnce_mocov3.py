@@ -37,6 +37,8 @@ def attentionnce_mocov3_loss_func(
     temperature: float = 0.2,
     d_pos: float = 1.0,
     d_neg: float = 1.0,
+    *,
+    key_in_prototype: bool = True,
 ) -> torch.Tensor:
     """AttentionNCE with MoCo v3's queries and momentum keys (this project's design: the authors'
     public code has only the SimCLR form).
@@ -54,12 +56,16 @@ def attentionnce_mocov3_loss_func(
         temperature: tau > 0.
         d_pos: positive-attention scale > 0.
         d_neg: negative-attention scale > 0.
+        key_in_prototype: whether ``key[i]`` is one of the prototype's candidates (the default,
+            which makes ``positive_keys=None`` MoCo v3's loss); False: the prototype is over
+            ``positive_keys`` alone (required then), and ``key[i]`` is still no negative of query i.
 
     Returns:
         Scalar loss, in fp32 for fp32/fp16/bf16 inputs (also under autocast) and in fp64 for fp64
         inputs.
     """
-    return _mocov3_form(query, key, positive_keys, temperature, d_pos, d_neg, False)[0]
+    args = (query, key, positive_keys, temperature, d_pos, d_neg, key_in_prototype)
+    return _mocov3_form(*args, False)[0]
 
 
 def attentionnce_mocov3_loss_with_attention(
@@ -69,14 +75,18 @@ def attentionnce_mocov3_loss_with_attention(
     temperature: float = 0.2,
     d_pos: float = 1.0,
     d_neg: float = 1.0,
+    *,
+    key_in_prototype: bool = True,
 ) -> LossWithAttention:
     """:func:`attentionnce_mocov3_loss_func` and the attention weights of the call, for logging.
 
     Returns:
         ``LossWithAttention(loss, attention)``: the same loss, and detached weights with alpha
-        [b, M+1] (column 0 is ``key``) and beta [b, W*b].
+        [b, M+1] (column 0 is ``key``; [b, M] without it when ``key_in_prototype`` is False) and
+        beta [b, W*b].
     """
-    loss, weights = _mocov3_form(query, key, positive_keys, temperature, d_pos, d_neg, True)
+    args = (query, key, positive_keys, temperature, d_pos, d_neg, key_in_prototype)
+    loss, weights = _mocov3_form(*args, True)
     assert weights is not None
     return LossWithAttention(loss, weights)
 
@@ -88,9 +98,12 @@ def _mocov3_form(
     temperature: float,
     d_pos: float,
     d_neg: float,
+    key_in_prototype: bool,
     with_attention: bool,
 ) -> Tuple[torch.Tensor, Optional[AttentionWeights]]:
     """Both public functions: ``(loss, weights)``, weights None unless ``with_attention``."""
+    if not isinstance(key_in_prototype, bool):
+        raise TypeError(f"key_in_prototype must be True or False, got {key_in_prototype!r}")
     temperature = check_positive_finite("temperature", temperature)
     d_pos = check_positive_finite("d_pos", d_pos)
     d_neg = check_positive_finite("d_neg", d_neg)
@@ -101,6 +114,11 @@ def _mocov3_form(
     check_shape("key", key, (b, dim), "[b, d]")
     if positive_keys is not None:
         check_shape("positive_keys", positive_keys, (b, None, dim), "[b, M, d]")
+    if not key_in_prototype and (positive_keys is None or positive_keys.shape[1] == 0):
+        raise ValueError(
+            "key_in_prototype=False needs positive_keys [b, M, d] with M >= 1: the prototype is "
+            "over the positives' keys alone"
+        )
 
     dtype = compute_dtype(query, key, *([] if positive_keys is None else [positive_keys]))
     with torch.autocast(device_type=query.device.type, enabled=False):
@@ -111,6 +129,8 @@ def _mocov3_form(
         # [b, M + 1, d]: all keys normalised in one call; column 0 is MoCo v3's own key.
         candidates = l2_normalize(candidates)
         k = candidates[:, 0]
+        if not key_in_prototype:
+            candidates = candidates[:, 1:]
 
         pos_logit, alpha = prototype_attention(q.unsqueeze(1), candidates, d_pos, temperature)
         pos_logit, alpha = pos_logit.squeeze(1), alpha.squeeze(1)

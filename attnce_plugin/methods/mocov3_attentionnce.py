@@ -88,6 +88,7 @@ class MoCoV3AttentionNCE(AttentionNCECore, MoCoV3):
         # keys. Hiding them from BaseMethod.training_step saves their online forward pass (and
         # keeps the online BatchNorm statistics exactly MoCo v3's).
         self._init_core(cfg)
+        self.key_in_prototype: bool = bool(cfg.method_kwargs.key_in_prototype)
         if self.loss_name == "mocov3" and self.num_positive_crops:
             log.warning(
                 "method_kwargs.loss=mocov3 ignores the %d positive crop(s) of the augmentations; "
@@ -137,16 +138,19 @@ class MoCoV3AttentionNCE(AttentionNCECore, MoCoV3):
 
         pairs = ((0, 1), (1, 0))
         args = (positive_keys, self.temperature, self.d_pos, self.d_neg)
+        kw = {"key_in_prototype": self.key_in_prototype}
         stats = None
         if self.attention_due(batch_idx):
             results = [
-                attentionnce_mocov3_loss_with_attention(queries[q], keys[k], *args)
+                attentionnce_mocov3_loss_with_attention(queries[q], keys[k], *args, **kw)
                 for q, k in pairs
             ]
             losses = [r.loss for r in results]
             stats = mean_stats([attention_stats(r.attention) for r in results])
         else:
-            losses = [attentionnce_mocov3_loss_func(queries[q], keys[k], *args) for q, k in pairs]
+            losses = [
+                attentionnce_mocov3_loss_func(queries[q], keys[k], *args, **kw) for q, k in pairs
+            ]
         contrastive_loss = losses[0] + losses[1]
         # In nats per query (the 2 * tau scale divided out, mean of the two symmetric terms);
         # each query's negatives are the other images' keys.

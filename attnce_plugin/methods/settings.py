@@ -320,5 +320,12 @@ MOCOV3_ATTENTIONNCE_SETTINGS: Tuple[Setting, ...] = (
         "`mocov3`: solo-learn's MoCo v3 loss, step for step (positive crops unused)",
         choices=("mocov3", "attentionnce"),
     ),
+    Setting(
+        "key_in_prototype",
+        "bool",
+        True,
+        "whether the other anchor view's momentum key is one of the prototype's candidates "
+        "(`false`: the M positives' keys alone)",
+    ),
     *RUN_SETTINGS,
 )
