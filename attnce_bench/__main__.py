@@ -10,6 +10,7 @@ Examples::
     attnce-bench                                  # embedded default, ~20 min on 2 CPUs
     attnce-bench --preset smoke                   # a minute-scale end-to-end check
     attnce-bench --ablation                       # + M / d_pos / d_neg grids
+    attnce-bench --frontier --seeds 0,1,2         # accuracy against training time, ~2 h
     attnce-bench --dataset cifar10 --train-path ~/data --val-path ~/data \\
         --epochs 200 --batch-size 256 --accelerator gpu --devices 0 --precision 16-mixed
     attnce-bench --set optimizer.lr=0.3 --set attentionnce:method_kwargs.d_neg=1
@@ -68,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--m-grid", type=int_list, default=[1, 2, 4])
     g.add_argument("--dpos-grid", type=float_list, default=[0.5, 1.0, 2.0, 4.0])
     g.add_argument("--dneg-grid", type=float_list, default=[0.5, 1.0, 10.0])
+    g.add_argument("--frontier", action="store_true",
+                   help="instead of the tables: every variant (SimCLR, MoCo v3, AttentionNCE "
+                   "M=1/2/4, multicrop per crop and batched, the MoCo form) at each of "
+                   "--frontier-epochs, accuracy against training time")
+    g.add_argument("--frontier-epochs", type=int_list,
+                   help="epoch budgets of --frontier (default: the preset's, 2,4,8)")
     g.add_argument("--anchor-grid", type=str_list, default=[],
                    help="with --ablation: anchor modes to add, e.g. 'mean' (AttentionNCE*)")
 
@@ -112,7 +119,8 @@ def options_from_args(args: argparse.Namespace, passthrough: Sequence[str]) -> B
         num_positives=args.num_positives, extra_m=args.extra_m,
         time_matched=not args.no_time_matched, ablation=args.ablation,
         ablation_method=args.ablation_method, m_grid=args.m_grid, dpos_grid=args.dpos_grid,
-        dneg_grid=args.dneg_grid, anchor_grid=args.anchor_grid, dataset=args.dataset,
+        dneg_grid=args.dneg_grid, anchor_grid=args.anchor_grid, frontier=args.frontier,
+        frontier_epochs=args.frontier_epochs, dataset=args.dataset,
         train_path=args.train_path, val_path=args.val_path, classes=args.classes,
         data_format=args.data_format, crop_size=args.crop_size, backbone=args.backbone,
         accelerator=args.accelerator, devices=args.devices, precision=args.precision,

@@ -53,7 +53,8 @@ class BenchOptions:
 
     Budget: ``preset``, ``epochs``, ``batch_size``, ``seeds``, ``num_train``, ``num_val``,
     ``num_workers``, ``limit_train_batches``. What to compare: ``methods``, ``num_positives`` (M),
-    ``extra_m``, ``time_matched``, ``ablation`` and its grids. Data and hardware: ``dataset``,
+    ``extra_m``, ``time_matched``, ``ablation`` and its grids; or ``frontier`` (every variant of
+    :mod:`attnce_bench.frontier` at each of ``frontier_epochs``, instead of the tables). Data and hardware: ``dataset``,
     ``train_path``, ``val_path``, ``classes`` (a Fashion-MNIST class subset), ``data_format``,
     ``crop_size``, ``backbone``, ``accelerator``, ``devices``, ``precision``, ``sets``
     (``[METHOD:]KEY=VALUE``), ``overrides`` (raw Hydra overrides for every run). Output:
@@ -79,6 +80,8 @@ class BenchOptions:
     dpos_grid: Sequence[float] = (0.5, 1.0, 2.0, 4.0)
     dneg_grid: Sequence[float] = (0.5, 1.0, 10.0)
     anchor_grid: Sequence[str] = ()
+    frontier: bool = False
+    frontier_epochs: Optional[Sequence[int]] = None
     dataset: str = "fashion_mnist"
     train_path: Optional[str] = None
     val_path: Optional[str] = None
@@ -301,7 +304,13 @@ def run_benchmark(
         base_d_pos=base_setting(opts.ablation_method, opts.dataset, "d_pos"),
         base_d_neg=base_setting(opts.ablation_method, opts.dataset, "d_neg"),
     )
-    specs = build_plan(plan_opts)
+    if opts.frontier:
+        from attnce_bench.frontier import build_frontier_plan
+
+        frontier_epochs = list(opts.frontier_epochs or preset.frontier_epochs)
+        specs = build_frontier_plan(opts.methods, frontier_epochs, seeds)
+    else:
+        specs = build_plan(plan_opts)
     out.mkdir(parents=True, exist_ok=True)
     print(f"attnce-bench: preset '{preset.name}', {len(specs)} runs, seeds {seeds}, {epochs} "
           f"epochs, batch {budget.batch_size}; output in {out}", file=sys.stderr)
@@ -392,6 +401,14 @@ def run_benchmark(
                         ablation_base=(plan_mod.attention_label(opts.ablation_method,
                                                                 opts.num_positives)
                                        if opts.ablation else None))
+    if opts.frontier:
+        from attnce_bench import frontier
+
+        md = md.replace("## Configs", frontier.markdown(results) + "\n## Configs", 1)
+        try:
+            frontier.plot(results, out / "frontier.png", f"attnce-bench --frontier ({preset.name})")
+        except ImportError:
+            print("matplotlib is not installed: no frontier.png", file=sys.stderr)
     write_bench_report(results, md, out, f"attnce-bench ({preset.name}): {header_cmd}")
     return BenchReport(results, md, out, [r for r in results if r.status != "ok"])
 

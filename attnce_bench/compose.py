@@ -43,6 +43,8 @@ METHOD_RECIPES: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "mocov3": ("mocov3_attentionnce", ("++method_kwargs.loss=mocov3", "++views.num_positives=0")),
     "attentionnce": ("attentionnce", ()),
     "mocov3_attentionnce": ("mocov3_attentionnce", ()),
+    # The frontier's multi-crop variant: the shipped multi-crop config (small positives).
+    "attentionnce_multicrop": ("attentionnce_multicrop", ()),
 }
 
 

@@ -32,6 +32,7 @@ DISPLAY = {
     "mocov3": "MoCo v3",
     "attentionnce": "AttentionNCE",
     "mocov3_attentionnce": "MoCo v3 + AttentionNCE",
+    "attentionnce_multicrop": "AttentionNCE multicrop",
 }
 
 #: Which AttentionNCE method each baseline is time-matched to.
@@ -56,6 +57,8 @@ class Preset:
     limit_train_batches: Optional[int] = None
     limit_val_batches: Optional[int] = None
     description: str = ""
+    #: Epoch budgets of ``--frontier``.
+    frontier_epochs: Tuple[int, ...] = (2, 4, 8)
 
 
 PRESETS: Dict[str, Preset] = {
@@ -64,7 +67,7 @@ PRESETS: Dict[str, Preset] = {
     # and the (class-sorted) val folder must be read whole to hold every class.
     "smoke": Preset(
         name="smoke", num_train=96, num_val=40, epochs=1, batch_size=16, seeds=(0,),
-        num_workers=0,
+        num_workers=0, frontier_epochs=(1, 2),
         description="micro budget for tests: 1 seed, 1 epoch of 6 batches; numbers are meaningless",
     ),
     # The README's quick start: sized for about 15-20 minutes on 2 CPU cores (see docs/results.md).
@@ -108,10 +111,12 @@ class RunSpec:
 
     @property
     def key(self) -> str:
-        """Folder name of the run: unique within a benchmark."""
+        """Folder name of the run: unique within a benchmark (frontier runs differ by epochs)."""
         safe = "".join(ch if ch.isalnum() else "-" for ch in self.label).strip("-")
         while "--" in safe:
             safe = safe.replace("--", "-")
+        if self.comparison == "frontier":
+            return f"frontier/{safe}/e{self.epochs}/seed{self.seed}"
         return f"{self.comparison}/{safe}/seed{self.seed}"
 
     def with_epochs(self, epochs: int) -> "RunSpec":

@@ -29,7 +29,7 @@ HEALTH: Tuple[Tuple[str, str, int], ...] = (
     ("offline_eff_rank", "effective rank", 1),
 )
 
-COMPARISONS = ("equal-epoch", "equal-time", "ablation", "reference")
+COMPARISONS = ("equal-epoch", "equal-time", "ablation", "reference", "frontier")
 
 
 @dataclass
@@ -203,7 +203,8 @@ def render_markdown(rows: Sequence[Row], header: str, notes: Sequence[str] = (),
         parts += ["## Ablation", "", "One setting varied at a time around the base (first row).",
                   "", markdown_table(ab), ""]
     if _has_health(rows):
-        health_rows = [r for r in rows if r.seeds]
+        # Frontier rows mix epoch budgets under one label: their table is the frontier's own.
+        health_rows = [r for r in rows if r.seeds and r.comparison != "frontier"]
         parts += ["## Representation health", "", "Frozen backbone features of the validation "
                   "images (the offline probe's), at most 2048 of them: uniformity (Wang & Isola, "
                   "2020; t = 2, on L2-normalised features) and effective rank of their covariance "
@@ -266,7 +267,7 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> Optional[Path]:
     matplotlib.use("Agg")  # no display on servers / CI
     import matplotlib.pyplot as plt
 
-    shown = [r for r in rows if r.seeds]
+    shown = [r for r in rows if r.seeds and r.comparison != "frontier"]
     if not shown:
         return None
     labels = [f"{r.label}\n[{r.comparison}, {_epochs(r)} ep]" for r in shown]
