@@ -113,3 +113,32 @@ def test_cli_errors_name_the_problem(capsys: pytest.CaptureFixture) -> None:
     assert "KEY=VALUE" in capsys.readouterr().err
     assert main(["--set", "byol:optimizer.lr=1"]) == 2
     assert "allowed values" in capsys.readouterr().err
+
+
+def test_usage_commands_run_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
+    """docs/solo-learn-usage.md's two ways to name a config, from the wheel's site-packages:
+    the folder printed by attnce-configs, and pkg://attnce_plugin.configs (2 CPU steps each)."""
+    from attnce_plugin.solo_compat import solo_checkout_dir
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import make_image_folder
+
+    train = make_image_folder(tmp_path / "train", num_classes=2, per_class=4)
+    folder = subprocess.run([str(installed.parent / "attnce-configs"), "pretrain/custom"],
+                            env=_env(), capture_output=True, text=True, check=True).stdout.strip()
+    assert "site-packages" in folder and str(REPO_ROOT) not in folder
+    cpu = ["data.num_workers=0", f"data.train_path={train}", "~data.val_path",
+           "views.crop_size=32", "accelerator=cpu", "precision=32", "strategy=auto",
+           "sync_batchnorm=False", 'devices="1"', "optimizer.batch_size=4", "max_epochs=1",
+           "++limit_train_batches=2", "++scheduler.warmup_epochs=0", "auto_resume.enabled=False",
+           "method_kwargs.proj_hidden_dim=32", "method_kwargs.proj_output_dim=16"]
+    for i, naming in enumerate((["--config-path", folder, "--config-name", "attentionnce.yaml"],
+                                ["--config-path", "pkg://attnce_plugin.configs", "--config-name",
+                                 "pretrain/custom/attentionnce.yaml"])):
+        ckpt = tmp_path / f"ckpt{i}"
+        proc = subprocess.run(
+            [str(installed.parent / "python"), str(solo_checkout_dir() / "main_pretrain.py"),
+             *naming, *cpu, f"checkpoint.dir={ckpt}"],
+            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert list(ckpt.rglob("*.ckpt")), naming
