@@ -4,7 +4,7 @@
 # Where everything is already installed (our machines, CI) it only re-points the editable install
 # of attnce-plugin at this checkout and reaches no network. On a fresh machine with internet it
 # installs torch, solo-learn from its pinned upstream commit (PyPI only has the unusable 1.0.2),
-# the test/benchmark tools and the Fashion-MNIST data package.
+# the test/benchmark tools, the pinned DALI and the Fashion-MNIST data package.
 set -euo pipefail
 PY=${PYTHON:-python3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,6 +42,20 @@ print(' '.join(m for m in ('pytest', 'matplotlib', 'tqdm') if importlib.util.fin
 if [ -n "$missing" ]; then
   echo "[setup] installing $missing"
   pip_install $missing
+fi
+
+# DALI (solo-learn's data.format=dali), pinned: solo-learn's temp_dali_fix.py subclasses private
+# DALI internals. Installed without its declared dependencies, whose nvidia-nvimgcodec-cu12[all]
+# also pulls nvidia-libnvcomp-cu12 (hundreds of MB) that CPU decoding does not use; what DALI needs
+# without a GPU is listed (nvimgcodec; nvjpeg, nvjpeg2k, nvtiff only silence error prints). The pins
+# equal pyproject.toml's `dali` extra (tests/test_dali.py checks the installed version).
+if ! "$PY" -c "import nvidia.dali" 2>/dev/null; then
+  echo "[setup] installing DALI 2.4.0 (pinned; its CPU operators run the DALI tests without a GPU)"
+  pip_install --no-deps nvidia-dali-cuda120==2.4.0 nvidia-nvimgcodec-cu12==0.9.0.20 \
+    nvidia-nvjpeg-cu12==12.4.0.76 nvidia-nvjpeg2k-cu12==0.11.0.51 nvidia-nvtiff-cu12==0.8.0.82
+  # DALI's operators and conditionals (autograph) import these; gast and astunparse within the
+  # bounds DALI 2.4.0 declares.
+  pip_install optree "astunparse>=1.6.0,<=1.6.3" "gast>=0.3.3,<=0.7.0" makefun nvtx
 fi
 
 # Editable, without dependencies or build isolation: nothing is downloaded, and a clone in another

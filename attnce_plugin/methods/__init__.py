@@ -5,7 +5,8 @@
 
 Layout: ``attentionnce.py`` and ``mocov3_attentionnce.py`` are the two methods (what differs);
 ``core.py`` is what both add to their solo-learn base; ``settings.py`` declares their
-``method_kwargs``; ``crops.py`` the crop roles; ``positives.py`` the positive forwards;
+``method_kwargs``; ``crops.py`` the crop roles; ``indexes.py`` sample indexes unique across
+nodes (DALI without index encoding); ``positives.py`` the positive forwards;
 ``guard.py``, ``images.py`` their Lightning callbacks; ``health.py`` the logged health values;
 ``compiling.py`` ``method_kwargs.compile``.
 """

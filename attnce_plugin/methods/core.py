@@ -7,6 +7,9 @@ forward the positives go through, the loss). The core:
 * checks ``method_kwargs`` against the method's declared settings
   (:mod:`attnce_plugin.methods.settings`) and resolves the crop roles
   (:mod:`attnce_plugin.methods.crops`), in ``add_and_assert_specific_cfg``;
+* replaces the batch positions that solo-learn's DALI loader returns without
+  ``dali.encode_indexes_into_labels`` by indexes unique across processes and nodes
+  (:mod:`attnce_plugin.methods.indexes`), in ``split_batch``;
 * hides the M positive crops from solo-learn's training step and forwards them itself, per crop or
   batched, with BatchNorm's running statistics frozen when asked
   (:mod:`attnce_plugin.methods.positives`);
@@ -26,6 +29,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 
 import omegaconf
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from omegaconf import OmegaConf
 
 from attnce_plugin.methods.compiling import compile_submodules
@@ -33,6 +37,7 @@ from attnce_plugin.methods.crops import apply_crop_layout, check_num_crops, take
 from attnce_plugin.methods.guard import FiniteLossGuard
 from attnce_plugin.methods.health import ValidationSample, representation_health, train_health
 from attnce_plugin.methods.images import NameUnreadableImages
+from attnce_plugin.methods.indexes import ENCODE_KEY, indexes_are_positional, unique_batch_indexes
 from attnce_plugin.methods.positives import bn_running_stats_frozen, forward_crops
 from attnce_plugin.methods.settings import Setting, apply_settings
 
@@ -65,11 +70,13 @@ class AttentionNCECore:
         """Check and complete ``method_kwargs``, then set the crop roles, in place.
 
         Raises:
-            MethodConfigError: a ``method_kwargs`` entry is unknown, missing or bad.
+            MethodConfigError: a ``method_kwargs`` entry is unknown, missing or bad, or
+                ``dali.encode_indexes_into_labels`` is not a bool.
             CropLayoutError: the augmentations are not 2 anchors followed by positives.
         """
         apply_settings(cfg, cls.METHOD_NAME, cls.SETTINGS)
         apply_crop_layout(cfg, require_positives=cls.requires_positives(cfg))
+        indexes_are_positional(cfg)  # refuses a non-bool flag before any training step
         return cfg
 
     def _init_core(self, cfg: omegaconf.DictConfig) -> None:
@@ -86,6 +93,18 @@ class AttentionNCECore:
             self.METHOD_NAME, int(kwargs.finite_check_every), self._describe_settings
         )
         self.val_sample = ValidationSample()
+        self.positional_indexes: bool = indexes_are_positional(cfg)
+        num_nodes = int(OmegaConf.select(cfg, "num_nodes", default=1) or 1)
+        if self.positional_indexes and num_nodes > 1:
+            # One node needs no word: there the positions are already unique and equal ours.
+            rank_zero_warn(
+                f"data.format=dali without {ENCODE_KEY}: solo-learn's DALI loader numbers the "
+                "images of each batch arange(b) + local_rank * b, the same numbers on each of the "
+                f"{num_nodes} nodes. {self.METHOD_NAME} replaces them by arange(b) + global_rank "
+                "* b, unique across nodes, so its loss and logged K are right; solo-learn's own "
+                "methods (e.g. simclr) on this config would drop 2 * (nodes - 1) negatives per "
+                f"anchor. Set {ENCODE_KEY}=True (data_format=dali does) for real dataset indexes."
+            )
         # The methods forward the positives themselves; solo-learn sees the 2 anchors only.
         self.num_positive_crops: int = take_positive_crops(self)
         if kwargs.compile:
@@ -112,6 +131,9 @@ class AttentionNCECore:
     def split_batch(self, batch: Batch) -> Tuple[List[Any], List[torch.Tensor]]:
         """``(anchor batch for solo-learn's step, the M positive crops)`` of a training batch.
 
+        The indexes come back unique across processes and nodes: batch positions from
+        solo-learn's DALI loader without index encoding are replaced (:meth:`batch_indexes`).
+
         Args:
             batch: ``[indexes [b], [crop_0 .. crop_{1+M}], targets [b]]``; crops 0-1 are anchors.
 
@@ -122,7 +144,23 @@ class AttentionNCECore:
         crops = [crops] if isinstance(crops, torch.Tensor) else list(crops)
         num_anchors = self.num_large_crops  # type: ignore[attr-defined]
         check_num_crops(crops, num_anchors, self.num_positive_crops)
+        indexes = self.batch_indexes(indexes)
         return [indexes, crops[:num_anchors], targets], crops[num_anchors:]
+
+    def batch_indexes(self, indexes: torch.Tensor) -> torch.Tensor:
+        """The sample indexes the loss gets for a batch's loader indexes [b].
+
+        Real dataset indexes pass through unchanged; DALI's batch positions (``data.format: dali``
+        without ``dali.encode_indexes_into_labels``) become ``arange(b) + global_rank * b``
+        (:func:`attnce_plugin.methods.indexes.unique_batch_indexes`).
+
+        Returns:
+            [b] indexes, unique across every process of the global batch.
+        """
+        if not self.positional_indexes:
+            return indexes
+        rank = int(self.global_rank)  # type: ignore[attr-defined]
+        return unique_batch_indexes(int(indexes.shape[0]), rank, indexes.device)
 
     def forward_positives(
         self, forward: Callable[[torch.Tensor], Dict[str, torch.Tensor]], crops: List[torch.Tensor]
@@ -204,4 +242,3 @@ class AttentionNCECore:
                     )
         self.val_sample.reset()
         super().on_validation_epoch_end()  # type: ignore[misc]
-
