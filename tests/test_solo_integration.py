@@ -97,7 +97,9 @@ def cifar_run(tiny_image_folder, tmp_path_factory) -> Dict[str, Path]:
     cwd = tmp_path_factory.mktemp("cifar_run")
     ckpt_dir = cwd / "ckpt"
     proc = run_script(
-        pretrain_argv("cifar", "attentionnce.yaml", tiny_image_folder, ckpt_dir, validate=True), cwd
+        pretrain_argv("cifar", "attentionnce.yaml", tiny_image_folder, ckpt_dir, validate=True),
+        cwd,
+        csv_logger=True,  # read_metrics_csv, with or without tensorboard installed
     )
     ckpts = find_checkpoints(ckpt_dir)
     assert len(ckpts) == 1, f"expected one checkpoint, found {ckpts}\n{proc.stdout[-3000:]}"
@@ -176,6 +178,7 @@ def test_main_linear_on_checkpoint(cifar_run, tiny_image_folder, tmp_path):
             "auto_resume.enabled=False",
         ],
         tmp_path,
+        csv_logger=True,  # read_metrics_csv, with or without tensorboard installed
     )
     assert find_checkpoints(tmp_path / "ckpt"), proc.stdout[-3000:]
     rows = read_metrics_csv(tmp_path)
@@ -229,7 +232,9 @@ def test_knn_wrapper_loads_our_checkpoint(cifar_run, tiny_image_folder, tmp_path
 )
 def test_pretrain_config_family(family, config_name, tiny_image_folder, tmp_path):
     ckpt_dir = tmp_path / "ckpt"
-    run_script(pretrain_argv(family, config_name, tiny_image_folder, ckpt_dir), tmp_path)
+    run_script(
+        pretrain_argv(family, config_name, tiny_image_folder, ckpt_dir), tmp_path, csv_logger=True
+    )
     ckpts = find_checkpoints(ckpt_dir)
     assert len(ckpts) == 1, ckpts
     args = json.loads((ckpts[0].parent / "args.json").read_text())
