@@ -4,6 +4,7 @@
   checkpoints loaded where ``main_knn.py``'s ``.cuda()`` batches are (the end-to-end runs on a
   real checkpoint are in ``test_solo_integration.py``).
 * torchmetrics >= 1.0 breaks solo-learn's kNN: refused at the start, naming the fix.
+* ``method_kwargs.compile`` with ``sync_batchnorm`` (every shipped GPU config): refused.
 
 Need solo-learn >= 1.0.6; FAIL (not skip) without it.
 """
@@ -24,7 +25,7 @@ require_solo()
 import attnce_plugin.cli as cli  # noqa: E402
 import attnce_plugin.cli.knn as knn_cli  # noqa: E402
 import attnce_plugin.solo_compat as solo_compat  # noqa: E402
-from attnce_plugin.methods import AttentionNCE, MoCoV3AttentionNCE  # noqa: E402
+from attnce_plugin.methods import AttentionNCE, MethodConfigError, MoCoV3AttentionNCE  # noqa: E402
 from attnce_plugin.methods import core  # noqa: E402
 from attnce_plugin.solo_compat import IncompatibleTorchmetricsError  # noqa: E402
 from conftest import compose_pretrain_cfg  # noqa: E402
@@ -192,6 +193,30 @@ def test_knn_wrapper_refuses_new_torchmetrics_before_running(ckpt_dir, monkeypat
     with pytest.raises(SystemExit) as err:
         knn_cli.main(_required(ckpt_dir))
     assert "attnce-knn" in str(err.value) and "pip install torchmetrics==0.11.4" in str(err.value)
+
+
+# --------------------------------------------------------------------------- compile + SyncBN
+
+
+@pytest.mark.parametrize("cls,config", METHOD_CONFIGS)
+def test_compile_with_sync_batchnorm_refused(cls, config, tiny_image_folder):
+    train = tiny_image_folder["train"]
+    cfg = compose_pretrain_cfg(config, train, ["+method_kwargs.compile=true"])
+    assert cfg.sync_batchnorm is True  # what every shipped (GPU) config sets
+    with pytest.raises(MethodConfigError) as err:
+        cls(cfg)
+    for text in (
+        "method_kwargs.compile=true",
+        "sync_batchnorm=True",
+        "SyncBatchNorm",
+        "Allowed: method_kwargs.compile=false with sync_batchnorm=True",
+    ):
+        assert text in str(err.value)
+    # Either one alone is accepted.
+    cls(compose_pretrain_cfg(config, train, ["+method_kwargs.compile=false"]))
+    cls(
+        compose_pretrain_cfg(config, train, ["+method_kwargs.compile=true", "sync_batchnorm=False"])
+    )
 
 
 def test_solo_learn_lines_the_plugin_relies_on_still_hold():

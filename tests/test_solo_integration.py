@@ -260,8 +260,9 @@ def test_knn_wrapper_runs_main_knn_to_results_on_cpu(
 
 def test_checkpoint_loads_to_the_arranged_map_location(cifar_run):
     """What the knn/umap wrappers arrange reaches Lightning's loading (a recording map location
-    stands in for "cuda"), and an explicit map_location wins."""
-    from attnce_plugin.methods import AttentionNCE
+    stands in for "cuda"), an explicit map_location wins, and a config with compile and
+    sync_batchnorm, refused for training, still loads for evaluation."""
+    from attnce_plugin.methods import AttentionNCE, MethodConfigError
     from attnce_plugin.methods.core import default_map_location
 
     cfg = OmegaConf.create(json.loads((cifar_run["ckpt"].parent / "args.json").read_text()))
@@ -282,6 +283,11 @@ def test_checkpoint_loads_to_the_arranged_map_location(cifar_run):
         )
     assert seen == []
 
+    both = OmegaConf.merge(cfg, {"sync_batchnorm": True, "method_kwargs": {"compile": True}})
+    with pytest.raises(MethodConfigError, match="method_kwargs.compile=true cannot be combined"):
+        AttentionNCE(both.copy())
+    model = AttentionNCE.load_from_checkpoint(cifar_run["ckpt"], strict=False, cfg=both.copy())
+    assert model.cfg.method_kwargs.compile is True
 
 
 # --------------------------------------------------------------------------- the other families

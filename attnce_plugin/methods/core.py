@@ -5,8 +5,9 @@ AttentionNCECore + solo-learn's MoCoV3``; the method modules only say what diffe
 forward the positives go through, the loss). The core:
 
 * checks ``method_kwargs`` against the method's declared settings
-  (:mod:`attnce_plugin.methods.settings`), refuses ``knn_eval`` with a torchmetrics that breaks
-  solo-learn's kNN and resolves the crop roles (:mod:`attnce_plugin.methods.crops`), in ``add_and_assert_specific_cfg``;
+  (:mod:`attnce_plugin.methods.settings`), refuses what cannot run (``compile`` with
+  ``sync_batchnorm``, ``knn_eval`` with a torchmetrics that breaks solo-learn's kNN) and resolves
+  the crop roles (:mod:`attnce_plugin.methods.crops`), in ``add_and_assert_specific_cfg``;
 * loads checkpoints onto the device that the CLI wrappers ask for
   (:func:`default_map_location`, :meth:`AttentionNCECore.load_from_checkpoint`);
 * hides the M positive crops from solo-learn's training step and forwards them itself, per crop or
@@ -38,7 +39,7 @@ from attnce_plugin.methods.guard import FiniteLossGuard
 from attnce_plugin.methods.health import ValidationSample, representation_health, train_health
 from attnce_plugin.methods.images import NameUnreadableImages
 from attnce_plugin.methods.positives import bn_running_stats_frozen, forward_crops
-from attnce_plugin.methods.settings import Setting, apply_settings
+from attnce_plugin.methods.settings import Setting, apply_settings, check_compile_cfg
 from attnce_plugin.solo_compat import require_knn_torchmetrics
 
 Batch = Sequence[Any]
@@ -46,6 +47,8 @@ Batch = Sequence[Any]
 #: What ``load_from_checkpoint`` maps the checkpoint's tensors to when its caller passes no
 #: ``map_location`` (None: Lightning's default, the device they were saved from).
 _DEFAULT_MAP_LOCATION: ContextVar[Any] = ContextVar("attnce_default_map_location", default=None)
+#: True while :meth:`AttentionNCECore.load_from_checkpoint` builds a model (evaluation, not fitting).
+_LOADING_CHECKPOINT: ContextVar[bool] = ContextVar("attnce_loading_checkpoint", default=False)
 
 
 @contextlib.contextmanager
@@ -89,11 +92,16 @@ class AttentionNCECore:
         """Check and complete ``method_kwargs``, then set the crop roles, in place.
 
         Raises:
-            MethodConfigError: a ``method_kwargs`` entry is unknown, missing or bad.
+            MethodConfigError: a ``method_kwargs`` entry is unknown, missing or bad, or
+                ``compile: true`` with ``sync_batchnorm: True`` for a model that will be fitted.
             IncompatibleTorchmetricsError: ``knn_eval.enabled`` with torchmetrics >= 1.0.
             CropLayoutError: the augmentations are not 2 anchors followed by positives.
         """
         apply_settings(cfg, cls.METHOD_NAME, cls.SETTINGS)
+        # Lightning installs SyncBatchNorm only when fitting: a checkpoint loaded for evaluation
+        # (kNN, UMAP) never has it, so loading one saved with both settings stays possible.
+        if not _LOADING_CHECKPOINT.get():
+            check_compile_cfg(cfg, cls.METHOD_NAME)
         # BaseMethod.__init__ builds solo-learn's kNN right after this returns; without this check
         # torchmetrics >= 1.0 fails there with a message that does not say what to install.
         if OmegaConf.select(cfg, "knn_eval.enabled", default=False):
@@ -113,9 +121,13 @@ class AttentionNCECore:
         """
         if map_location is None:
             map_location = _DEFAULT_MAP_LOCATION.get()
-        return super().load_from_checkpoint(  # type: ignore[misc]
-            checkpoint_path, map_location, *args, **kwargs
-        )
+        token = _LOADING_CHECKPOINT.set(True)
+        try:
+            return super().load_from_checkpoint(  # type: ignore[misc]
+                checkpoint_path, map_location, *args, **kwargs
+            )
+        finally:
+            _LOADING_CHECKPOINT.reset(token)
 
     def _init_core(self, cfg: omegaconf.DictConfig) -> None:
         """Read the shared settings, take the positive crops from solo-learn, compile if asked."""
