@@ -71,6 +71,12 @@ def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
     Half precision would overflow or lose the logits (they reach K / tau), so fp16 and bf16 inputs
     are computed in fp32; fp64 inputs (gradcheck, float64 references) keep their precision.
+
+    fp32 is the dtype, not a promise of IEEE fp32 matmuls: the fp32 matmuls follow the process's
+    ``torch.set_float32_matmul_precision`` (with ``"high"``, which Lightning suggests on Ampere and
+    Hopper GPUs, they run in TF32: inputs rounded to a 10-bit mantissa, fp32 accumulation). The
+    losses never change that setting; the softmaxes, log-sum-exps and everything elementwise stay
+    IEEE fp32. See docs/reliability.md ("GPU paths").
     """
     out = torch.float32
     for t in tensors:

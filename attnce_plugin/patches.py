@@ -21,7 +21,9 @@ backbones:
 The methods themselves also rely on two solo-learn internals (no patching): the MoCo form builds
 its backbones through ``BaseMethod._BACKBONES`` under the name ``"mocov3"``, and calls
 ``BaseMomentumMethod.training_step`` directly instead of ``MoCoV3.training_step`` (which would add
-MoCo v3's own loss).
+MoCo v3's own loss). The ``attnce-knn`` wrapper (no patching either) relies on how ``main_knn.py``
+reads its options and loads the checkpoint: it fills the options solo-learn's parser leaves at
+None, and it sets the default ``map_location`` of the methods' own ``load_from_checkpoint``.
 
 :data:`RELIANCES` lists each of these with the solo-learn line (at the pinned commit 9187ea3) it
 depends on, and :func:`check_reliances` tells, by name, which no longer hold in the installed
@@ -259,6 +261,35 @@ def _check_mocov3_step() -> Optional[str]:
     )
 
 
+def _check_knn_options() -> Optional[str]:
+    from solo.args.knn import parse_args_knn
+
+    parser = inspect.getsource(parse_args_knn)
+    problem = _needs(
+        parser,
+        "args = parser.parse_args()",
+        *(f'parser.add_argument("--{key}"' for key in ("k", "temperature", "distance_function")),
+        'parser.add_argument("--feature_type"',
+    )
+    if problem:
+        return f"parse_args_knn {problem}"
+    return _needs(
+        _script_source("main_knn.py"),
+        "args = parse_args_knn()",
+        "for feat_type in args.feature_type:",
+        "for k in args.k:",
+        "for distance_fx in args.distance_function:",
+    )
+
+
+def _check_knn_loading() -> Optional[str]:
+    return _needs(
+        _script_source("main_knn.py"),
+        'model = METHODS[method_args["method"]].load_from_checkpoint(ckpt_path, strict=False, cfg=cfg)',
+        "im = im.cuda(non_blocking=True)",
+    )
+
+
 #: Everything the plugin relies on in solo-learn (commit 9187ea3), with the piece that relies on it.
 RELIANCES: List[Reliance] = [
     Reliance(
@@ -307,6 +338,20 @@ RELIANCES: List[Reliance] = [
         "MoCoV3.training_step is BaseMomentumMethod.training_step plus MoCo v3's loss on "
         "out['q'] and out['momentum_k']; the AttentionNCE loss replaces that loss",
         _check_mocov3_step,
+    ),
+    Reliance(
+        "attnce-knn (cli/knn.py: complete_knn_argv)",
+        "solo/args/knn.py:6-31; main_knn.py:120,161-165",
+        "parse_args_knn() parses sys.argv, and main_knn.py iterates over --feature_type, --k, "
+        "--distance_function (and --temperature), which the parser leaves at None when not given",
+        _check_knn_options,
+    ),
+    Reliance(
+        "attnce-knn map location (cli.run_solo_script, AttentionNCECore.load_from_checkpoint)",
+        "main_knn.py:56,133",
+        "main_knn.py loads the model with METHODS[...].load_from_checkpoint(...) without a "
+        "map_location, then sends .cuda() batches to it",
+        _check_knn_loading,
     ),
 ]
 

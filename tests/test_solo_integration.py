@@ -97,7 +97,9 @@ def cifar_run(tiny_image_folder, tmp_path_factory) -> Dict[str, Path]:
     cwd = tmp_path_factory.mktemp("cifar_run")
     ckpt_dir = cwd / "ckpt"
     proc = run_script(
-        pretrain_argv("cifar", "attentionnce.yaml", tiny_image_folder, ckpt_dir, validate=True), cwd
+        pretrain_argv("cifar", "attentionnce.yaml", tiny_image_folder, ckpt_dir, validate=True),
+        cwd,
+        csv_logger=True,  # read_metrics_csv, with or without tensorboard installed
     )
     ckpts = find_checkpoints(ckpt_dir)
     assert len(ckpts) == 1, f"expected one checkpoint, found {ckpts}\n{proc.stdout[-3000:]}"
@@ -176,6 +178,7 @@ def test_main_linear_on_checkpoint(cifar_run, tiny_image_folder, tmp_path):
             "auto_resume.enabled=False",
         ],
         tmp_path,
+        csv_logger=True,  # read_metrics_csv, with or without tensorboard installed
     )
     assert find_checkpoints(tmp_path / "ckpt"), proc.stdout[-3000:]
     rows = read_metrics_csv(tmp_path)
@@ -186,6 +189,10 @@ def test_knn_wrapper_loads_our_checkpoint(cifar_run, tiny_image_folder, tmp_path
     """main_knn.py through our wrapper: the method is found in METHODS and the model built.
 
     solo-learn's main_knn.py hard-codes .cuda(): without a GPU it must get as far as that call.
+    With one, the CPU-trained checkpoint must be loaded onto the GPU (the wrapper's map location)
+    and the kNN options not given (all but --k) get solo-learn's defaults: 2 feature types x
+    (1 euclidean + 8 cosine temperatures) results. Needs torchmetrics < 1.0 (the wrapper refuses
+    others, naming the fix).
     """
     proc = run_script(
         [
@@ -210,10 +217,77 @@ def test_knn_wrapper_loads_our_checkpoint(cifar_run, tiny_image_folder, tmp_path
         check=torch.cuda.is_available(),
     )
     if torch.cuda.is_available():
-        assert "Result: acc@1" in proc.stdout
+        assert proc.stdout.count("Result: acc@1") == 2 * (1 + 8), proc.stdout[-3000:]
     else:
         assert "KeyError" not in proc.stdout, proc.stdout[-3000:]
         assert ".cuda(" in proc.stdout or "CUDA" in proc.stdout or "NVIDIA" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_knn_wrapper_runs_main_knn_to_results_on_cpu(
+    cifar_run, tiny_image_folder, monkeypatch, capsys
+):
+    """The whole of main_knn.py through the wrapper, in this process, with ``.cuda()`` made a
+    no-op (no GPU here): with only the required arguments, the wrapper's defaults (solo-learn's
+    knn.sh values) let it run every combination to the end instead of failing after the feature
+    extraction (``args.feature_type`` is None in solo-learn's parser)."""
+    from attnce_plugin.cli import knn as knn_cli
+
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda self, *args, **kwargs: self)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("sys.argv", ["attnce-knn"])  # restored after the wrapper rewrites it
+    knn_cli.main(
+        [
+            "--pretrained_checkpoint_dir",
+            str(cifar_run["ckpt"].parent),
+            "--dataset",
+            "custom",
+            "--train_data_path",
+            str(tiny_image_folder["train"]),
+            "--val_data_path",
+            str(tiny_image_folder["val"]),
+            "--num_workers",
+            "0",
+            "--batch_size",
+            "4",
+        ]
+    )
+    out = capsys.readouterr()
+    assert "not given, using solo-learn's values" in out.err
+    assert "### BACKBONE ###" in out.out and "### PROJECTOR ###" in out.out
+    # 2 feature types x 8 k x (1 euclidean + 8 cosine temperatures).
+    assert out.out.count("Result: acc@1") == 2 * 8 * (1 + 8), out.out[-3000:]
+
+
+def test_checkpoint_loads_to_the_arranged_map_location(cifar_run):
+    """What the knn/umap wrappers arrange reaches Lightning's loading (a recording map location
+    stands in for "cuda"), an explicit map_location wins, and a config with compile and
+    sync_batchnorm, refused for training, still loads for evaluation."""
+    from attnce_plugin.methods import AttentionNCE, MethodConfigError
+    from attnce_plugin.methods.core import default_map_location
+
+    cfg = OmegaConf.create(json.loads((cifar_run["ckpt"].parent / "args.json").read_text()))
+    seen: List[str] = []
+
+    def record(storage, location):
+        seen.append(location)
+        return storage
+
+    with default_map_location(record):
+        model = AttentionNCE.load_from_checkpoint(cifar_run["ckpt"], strict=False, cfg=cfg)
+    assert seen and set(seen) == {"cpu"}  # every tensor went through the arranged location
+    assert model.device.type == "cpu"
+    seen.clear()
+    with default_map_location(record):
+        AttentionNCE.load_from_checkpoint(
+            cifar_run["ckpt"], map_location="cpu", strict=False, cfg=cfg
+        )
+    assert seen == []
+
+    both = OmegaConf.merge(cfg, {"sync_batchnorm": True, "method_kwargs": {"compile": True}})
+    with pytest.raises(MethodConfigError, match="method_kwargs.compile=true cannot be combined"):
+        AttentionNCE(both.copy())
+    model = AttentionNCE.load_from_checkpoint(cifar_run["ckpt"], strict=False, cfg=both.copy())
+    assert model.cfg.method_kwargs.compile is True
 
 
 # --------------------------------------------------------------------------- the other families
@@ -229,7 +303,9 @@ def test_knn_wrapper_loads_our_checkpoint(cifar_run, tiny_image_folder, tmp_path
 )
 def test_pretrain_config_family(family, config_name, tiny_image_folder, tmp_path):
     ckpt_dir = tmp_path / "ckpt"
-    run_script(pretrain_argv(family, config_name, tiny_image_folder, ckpt_dir), tmp_path)
+    run_script(
+        pretrain_argv(family, config_name, tiny_image_folder, ckpt_dir), tmp_path, csv_logger=True
+    )
     ckpts = find_checkpoints(ckpt_dir)
     assert len(ckpts) == 1, ckpts
     args = json.loads((ckpts[0].parent / "args.json").read_text())

@@ -19,8 +19,23 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 
+def checkpoint_map_location() -> str:
+    """Where the wrappers load checkpoints: ``"cuda"`` (the current GPU) when CUDA is available,
+    else ``"cpu"``.
+
+    ``main_knn.py`` sends ``.cuda()`` batches to the model it loaded without a map location, which
+    Lightning leaves on the device the checkpoint was saved from: a CPU-trained checkpoint would
+    meet CUDA images. On a machine without CUDA, ``"cpu"`` lets a GPU-trained checkpoint load (the
+    scripts then stop at their own ``.cuda()``, saying that CUDA is missing).
+    """
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def run_solo_script(script: str, argv: Optional[Sequence[str]] = None) -> None:
-    """Register the plugin's methods, then run ``<solo checkout>/<script>`` as ``__main__``.
+    """Register the plugin's methods, then run ``<solo checkout>/<script>`` as ``__main__``, with
+    the methods' checkpoints loaded to :func:`checkpoint_map_location`.
 
     Args:
         script: file name inside the solo-learn checkout, e.g. ``"main_knn.py"``.
@@ -30,6 +45,7 @@ def run_solo_script(script: str, argv: Optional[Sequence[str]] = None) -> None:
         SoloLearnMissingError: solo-learn or its checkout is missing.
         FileNotFoundError: the checkout has no such script.
     """
+    from attnce_plugin.methods.core import default_map_location
     from attnce_plugin.registration import register
     from attnce_plugin.solo_compat import solo_checkout_dir
 
@@ -40,4 +56,5 @@ def run_solo_script(script: str, argv: Optional[Sequence[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     # The script parses sys.argv itself; make it look as if it had been started directly.
     sys.argv = [str(path), *args]
-    runpy.run_path(str(path), run_name="__main__")
+    with default_map_location(checkpoint_map_location()):
+        runpy.run_path(str(path), run_name="__main__")

@@ -49,6 +49,11 @@ def attentionnce_loss_func(
         Scalar mean loss over the V*b local anchors, in fp32 for fp32/fp16/bf16 inputs (also under
         autocast) and in fp64 for fp64 inputs.
 
+    The matmuls (similarities, prototypes) follow ``torch.get_float32_matmul_precision()``, which
+    this function leaves as it is: under ``"high"`` or ``"medium"`` on an Ampere/Hopper GPU they run
+    in TF32 (a CPU emulation moved the loss by 5e-7 to 3e-5 relative; docs/reliability.md). Call
+    ``torch.set_float32_matmul_precision("highest")`` for IEEE fp32 matmuls.
+
     Under DDP the anchors are gathered with gradient; with the per-process losses averaged as DDP
     averages gradients, W processes reproduce one process on the W*b images.
     """

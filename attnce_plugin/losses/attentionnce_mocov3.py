@@ -63,6 +63,11 @@ def attentionnce_mocov3_loss_func(
     Returns:
         Scalar loss, in fp32 for fp32/fp16/bf16 inputs (also under autocast) and in fp64 for fp64
         inputs.
+
+    The matmuls (similarities, prototypes) follow ``torch.get_float32_matmul_precision()``, which
+    this function leaves as it is: under ``"high"`` or ``"medium"`` on an Ampere/Hopper GPU they run
+    in TF32 (a CPU emulation moved the loss by 5e-7 to 3e-5 relative; docs/reliability.md). Call
+    ``torch.set_float32_matmul_precision("highest")`` for IEEE fp32 matmuls.
     """
     args = (query, key, positive_keys, temperature, d_pos, d_neg, key_in_prototype)
     return _mocov3_form(*args, False)[0]

@@ -5,8 +5,11 @@ AttentionNCECore + solo-learn's MoCoV3``; the method modules only say what diffe
 forward the positives go through, the loss). The core:
 
 * checks ``method_kwargs`` against the method's declared settings
-  (:mod:`attnce_plugin.methods.settings`) and resolves the crop roles
-  (:mod:`attnce_plugin.methods.crops`), in ``add_and_assert_specific_cfg``;
+  (:mod:`attnce_plugin.methods.settings`), refuses what cannot run (``compile`` with
+  ``sync_batchnorm``, ``knn_eval`` with a torchmetrics that breaks solo-learn's kNN) and resolves
+  the crop roles (:mod:`attnce_plugin.methods.crops`), in ``add_and_assert_specific_cfg``;
+* loads checkpoints onto the device that the CLI wrappers ask for
+  (:func:`default_map_location`, :meth:`AttentionNCECore.load_from_checkpoint`);
 * replaces the batch positions that solo-learn's DALI loader returns without
   ``dali.encode_indexes_into_labels`` by indexes unique across processes and nodes
   (:mod:`attnce_plugin.methods.indexes`), in ``split_batch``;
@@ -25,7 +28,9 @@ documents for that) and ``on_validation_epoch_end``, and chains to them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
+import contextlib
+from contextvars import ContextVar
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import omegaconf
 import torch
@@ -39,9 +44,31 @@ from attnce_plugin.methods.health import ValidationSample, representation_health
 from attnce_plugin.methods.images import NameUnreadableImages
 from attnce_plugin.methods.indexes import ENCODE_KEY, indexes_are_positional, unique_batch_indexes
 from attnce_plugin.methods.positives import bn_running_stats_frozen, forward_crops
-from attnce_plugin.methods.settings import Setting, apply_settings
+from attnce_plugin.methods.settings import Setting, apply_settings, check_compile_cfg
+from attnce_plugin.solo_compat import require_knn_torchmetrics
 
 Batch = Sequence[Any]
+
+#: What ``load_from_checkpoint`` maps the checkpoint's tensors to when its caller passes no
+#: ``map_location`` (None: Lightning's default, the device they were saved from).
+_DEFAULT_MAP_LOCATION: ContextVar[Any] = ContextVar("attnce_default_map_location", default=None)
+#: True while :meth:`AttentionNCECore.load_from_checkpoint` builds a model (evaluation, not fitting).
+_LOADING_CHECKPOINT: ContextVar[bool] = ContextVar("attnce_loading_checkpoint", default=False)
+
+
+@contextlib.contextmanager
+def default_map_location(location: Any) -> Iterator[None]:
+    """Within the block, the methods' ``load_from_checkpoint`` calls that pass no ``map_location``
+    use ``location`` (anything ``torch.load`` takes: ``"cuda"``, a device, a dict, a callable).
+
+    The CLI wrappers need this because solo-learn's ``main_knn.py`` loads without a map location
+    (so a CPU-trained checkpoint stays on the CPU) and then sends ``.cuda()`` batches to the model.
+    """
+    token = _DEFAULT_MAP_LOCATION.set(location)
+    try:
+        yield
+    finally:
+        _DEFAULT_MAP_LOCATION.reset(token)
 
 
 class AttentionNCECore:
@@ -71,13 +98,43 @@ class AttentionNCECore:
 
         Raises:
             MethodConfigError: a ``method_kwargs`` entry is unknown, missing or bad, or
-                ``dali.encode_indexes_into_labels`` is not a bool.
+                ``compile: true`` with ``sync_batchnorm: True`` for a model that will be fitted,
+                or ``dali.encode_indexes_into_labels`` is not a bool.
+            IncompatibleTorchmetricsError: ``knn_eval.enabled`` with torchmetrics >= 1.0.
             CropLayoutError: the augmentations are not 2 anchors followed by positives.
         """
         apply_settings(cfg, cls.METHOD_NAME, cls.SETTINGS)
+        # Lightning installs SyncBatchNorm only when fitting: a checkpoint loaded for evaluation
+        # (kNN, UMAP) never has it, so loading one saved with both settings stays possible.
+        if not _LOADING_CHECKPOINT.get():
+            check_compile_cfg(cfg, cls.METHOD_NAME)
+        # BaseMethod.__init__ builds solo-learn's kNN right after this returns; without this check
+        # torchmetrics >= 1.0 fails there with a message that does not say what to install.
+        if OmegaConf.select(cfg, "knn_eval.enabled", default=False):
+            require_knn_torchmetrics("knn_eval.enabled=True", "set knn_eval.enabled=False")
         apply_crop_layout(cfg, require_positives=cls.requires_positives(cfg))
         indexes_are_positional(cfg)  # refuses a non-bool flag before any training step
         return cfg
+
+    @classmethod
+    def load_from_checkpoint(
+        cls, checkpoint_path: Any, map_location: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        """Lightning's ``load_from_checkpoint``, with ``map_location`` defaulting to the one set by
+        :func:`default_map_location` (Lightning's default, the saving device, outside it).
+
+        Lightning moves the model to the device of the loaded tensors, so this decides where the
+        model lives. Arguments as Lightning's (``hparams_file``, ``strict``, ``cfg=...``).
+        """
+        if map_location is None:
+            map_location = _DEFAULT_MAP_LOCATION.get()
+        token = _LOADING_CHECKPOINT.set(True)
+        try:
+            return super().load_from_checkpoint(  # type: ignore[misc]
+                checkpoint_path, map_location, *args, **kwargs
+            )
+        finally:
+            _LOADING_CHECKPOINT.reset(token)
 
     def _init_core(self, cfg: omegaconf.DictConfig) -> None:
         """Read the shared settings, take the positive crops from solo-learn, compile if asked."""

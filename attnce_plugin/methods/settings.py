@@ -236,6 +236,32 @@ def check_momentum_cfg(cfg: omegaconf.DictConfig, method: str) -> None:
             )
 
 
+def check_compile_cfg(cfg: omegaconf.DictConfig, method: str) -> None:
+    """Refuse ``method_kwargs.compile: true`` together with ``sync_batchnorm: True``.
+
+    Lightning turns every BatchNorm into ``torch.nn.SyncBatchNorm`` under DDP when
+    ``sync_batchnorm`` is set (all shipped GPU configs set it). ``torch.compile`` cannot trace
+    SyncBatchNorm's cross-process statistics (an autograd Function taking a process group): it
+    breaks the graph at each of them (a ResNet-18 has 20), so little is left to compile, and with
+    DDP some torch releases fail to compile it at all (pytorch/pytorch#161302, #107372, #100239).
+    Refused here, at configuration time, rather than at the first training step.
+
+    Raises:
+        MethodConfigError: naming both keys and the two ways out.
+    """
+    compile_on = OmegaConf.select(cfg, "method_kwargs.compile", default=False)
+    sync_bn = OmegaConf.select(cfg, "sync_batchnorm", default=False)
+    if compile_on is True and bool(sync_bn):
+        raise MethodConfigError(
+            f"method '{method}': method_kwargs.compile=true cannot be combined with "
+            f"sync_batchnorm={sync_bn!r}: torch.compile breaks its graph at every SyncBatchNorm "
+            "layer (cross-process statistics) and some torch releases fail to compile them under "
+            "DDP. Allowed: method_kwargs.compile=false with sync_batchnorm=True, or "
+            "method_kwargs.compile=true with sync_batchnorm=False (each process then normalises "
+            "over its own batch; on one GPU nothing changes)"
+        )
+
+
 # --------------------------------------------------------------------------- the declarations
 
 _NETWORK = (
@@ -264,7 +290,11 @@ RUN_SETTINGS: Tuple[Setting, ...] = (
         "set false with positives smaller than the anchors",
     ),
     Setting(
-        "compile", "bool", False, "`torch.compile` the networks in place (checkpoint keys unchanged)"
+        "compile",
+        "bool",
+        False,
+        "`torch.compile` the networks in place (checkpoint keys unchanged); refused with "
+        "`sync_batchnorm: True`",
     ),
     Setting(
         "attention_log_every", "int>=1", 10, "batches between two logs of the `train_attn_*` values"
