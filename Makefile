@@ -10,5 +10,9 @@ setup:
 bench: setup
 	$(PYTHON) -m attnce_bench
 
+# Formatting (black, line length 100) and lint (ruff), then the whole suite; the fast part alone:
+# $(PYTHON) -m pytest -q -m "not integration" tests
 test: setup
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m black --check -q .
 	$(PYTHON) -m pytest -q tests

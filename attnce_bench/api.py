@@ -123,12 +123,16 @@ def hardware_sets(opts: BenchOptions) -> List[str]:
     accel = opts.accelerator
     if accel is not None:
         if accel not in ("cpu", "gpu", "cuda", "auto"):
-            raise BenchConfigError(f"--accelerator={accel!r}: allowed values are cpu, gpu, cuda, auto")
+            raise BenchConfigError(
+                f"--accelerator={accel!r}: allowed values are cpu, gpu, cuda, auto"
+            )
         out.append(f"accelerator={accel}")
     if opts.devices is not None:
         if (accel or "cpu") == "cpu":
             if not opts.devices.isdigit():
-                raise BenchConfigError(f"--devices={opts.devices!r}: on cpu give a process count, e.g. 1")
+                raise BenchConfigError(
+                    f"--devices={opts.devices!r}: on cpu give a process count, e.g. 1"
+                )
             # solo scales the lr by len(devices) and Lightning reads int(devices): "02" is 2
             # processes with len 2 (docs/solo-learn.md).
             n = int(opts.devices)
@@ -163,8 +167,10 @@ def machine() -> str:
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (f"{cpu}, {os.cpu_count()} CPU cores visible, {gpu}; Python "
-            f"{platform.python_version()}, torch {torch.__version__}")
+    return (
+        f"{cpu}, {os.cpu_count()} CPU cores visible, {gpu}; Python "
+        f"{platform.python_version()}, torch {torch.__version__}"
+    )
 
 
 def versions() -> str:
@@ -185,19 +191,26 @@ def _progress(total: int, desc: str, position: int, leave: bool) -> Any:
         from tqdm import tqdm
     except ImportError:  # tqdm is in the [bench] extra; without it, plain lines
         return None
-    return tqdm(total=total, desc=desc, position=position, leave=leave, dynamic_ncols=True,
-                file=sys.stderr)
+    return tqdm(
+        total=total, desc=desc, position=position, leave=leave, dynamic_ncols=True, file=sys.stderr
+    )
 
 
 def _seconds_per_epoch(results: Sequence[RunResult], label: str, seed: int) -> Optional[float]:
     for r in results:
-        if r.label == label and r.seed == seed and r.comparison == "equal-epoch" and r.status == "ok":
+        if (
+            r.label == label
+            and r.seed == seed
+            and r.comparison == "equal-epoch"
+            and r.status == "ok"
+        ):
             return r.seconds_per_epoch
     return None
 
 
-def _resolve_matched(spec: RunSpec, results: Sequence[RunResult], first_seed: int,
-                     cache: Dict[str, int]) -> Optional[int]:
+def _resolve_matched(
+    spec: RunSpec, results: Sequence[RunResult], first_seed: int, cache: Dict[str, int]
+) -> Optional[int]:
     """Epochs of an equal-time run, fixed once (from the first seed) for all seeds."""
     if spec.label in cache:
         return cache[spec.label]
@@ -224,21 +237,30 @@ def _prepare_data(opts: BenchOptions, out: Path, num_train: int, num_val: int) -
 
         crop = opts.crop_size or 32
         cache = Path(opts.data_cache).resolve() if opts.data_cache else out / "data"
-        print(f"Preparing Fashion-MNIST ({num_train} train / {num_val} val images at {crop} px) "
-              f"in {cache} ...", file=sys.stderr)
-        splits = prepare_fashion_mnist(cache, num_train, num_val, image_size=crop,
-                                       classes=opts.classes)
+        print(
+            f"Preparing Fashion-MNIST ({num_train} train / {num_val} val images at {crop} px) "
+            f"in {cache} ...",
+            file=sys.stderr,
+        )
+        splits = prepare_fashion_mnist(
+            cache, num_train, num_val, image_size=crop, classes=opts.classes
+        )
         which = "" if opts.classes is None else f", classes {list(opts.classes)}"
-        return _Data(str(splits.train), str(splits.val),
-                     f"Fashion-MNIST (Debian dataset-fashion-mnist{which}): {splits.num_train} "
-                     f"training images (class-stratified subset of the 60,000) and "
-                     f"{splits.num_val} validation images (subset of the 10,000 test images), "
-                     f"{crop} px RGB")
+        return _Data(
+            str(splits.train),
+            str(splits.val),
+            f"Fashion-MNIST (Debian dataset-fashion-mnist{which}): {splits.num_train} "
+            f"training images (class-stratified subset of the 60,000) and "
+            f"{splits.num_val} validation images (subset of the 10,000 test images), "
+            f"{crop} px RGB",
+        )
     if opts.classes is not None:
         raise BenchConfigError("classes: only the embedded fashion_mnist data has class subsets")
     if not opts.train_path:
-        raise BenchConfigError(f"--dataset {opts.dataset} needs --train-path (and --val-path for "
-                               "validation and the offline probe)")
+        raise BenchConfigError(
+            f"--dataset {opts.dataset} needs --train-path (and --val-path for "
+            "validation and the offline probe)"
+        )
     train = str(Path(opts.train_path).expanduser().resolve())
     val = str(Path(opts.val_path).expanduser().resolve()) if opts.val_path else None
     return _Data(train, val, f"{opts.dataset}: train {train}, val {val}")
@@ -275,20 +297,27 @@ def run_benchmark(
     sets = [parse_set(s) for s in hardware_sets(opts) + list(opts.sets)]
     unknown = [m for m, _, _ in sets if m is not None and m not in plan_mod.METHODS]
     if unknown:
-        raise BenchConfigError(f"--set: unknown method {unknown[0]!r}; allowed values are "
-                               f"{list(plan_mod.METHODS)}")
+        raise BenchConfigError(
+            f"--set: unknown method {unknown[0]!r}; allowed values are " f"{list(plan_mod.METHODS)}"
+        )
     require_solo()
     main_pretrain = solo_checkout_dir() / "main_pretrain.py"
-    data = _prepare_data(opts, out, opts.num_train or preset.num_train,
-                         opts.num_val or preset.num_val)
+    data = _prepare_data(
+        opts, out, opts.num_train or preset.num_train, opts.num_val or preset.num_val
+    )
     budget = Budget(
         dataset=opts.dataset,
         batch_size=opts.batch_size or preset.batch_size,
         # The preset's worker count is sized for the embedded data on a small CPU; other datasets
         # keep the config's unless num_workers says otherwise.
-        num_workers=(opts.num_workers if opts.num_workers is not None
-                     else preset.num_workers if opts.dataset == "fashion_mnist" else None),
-        train_path=data.train, val_path=data.val, crop_size=opts.crop_size,
+        num_workers=(
+            opts.num_workers
+            if opts.num_workers is not None
+            else preset.num_workers if opts.dataset == "fashion_mnist" else None
+        ),
+        train_path=data.train,
+        val_path=data.val,
+        crop_size=opts.crop_size,
         limit_train_batches=opts.limit_train_batches or preset.limit_train_batches,
         limit_val_batches=preset.limit_val_batches,
         cpu=(opts.accelerator or "cpu") == "cpu",
@@ -296,10 +325,18 @@ def run_benchmark(
     )
 
     plan_opts = PlanOptions(
-        methods=opts.methods, seeds=seeds, epochs=epochs, num_positives=opts.num_positives,
-        extra_m=opts.extra_m, time_matched=opts.time_matched, ablation=opts.ablation,
-        ablation_method=opts.ablation_method, m_grid=opts.m_grid, dpos_grid=opts.dpos_grid,
-        dneg_grid=opts.dneg_grid, anchor_grid=opts.anchor_grid,
+        methods=opts.methods,
+        seeds=seeds,
+        epochs=epochs,
+        num_positives=opts.num_positives,
+        extra_m=opts.extra_m,
+        time_matched=opts.time_matched,
+        ablation=opts.ablation,
+        ablation_method=opts.ablation_method,
+        m_grid=opts.m_grid,
+        dpos_grid=opts.dpos_grid,
+        dneg_grid=opts.dneg_grid,
+        anchor_grid=opts.anchor_grid,
         # The ablation's base is whatever the shipped config says.
         base_d_pos=base_setting(opts.ablation_method, opts.dataset, "d_pos"),
         base_d_neg=base_setting(opts.ablation_method, opts.dataset, "d_neg"),
@@ -312,8 +349,11 @@ def run_benchmark(
     else:
         specs = build_plan(plan_opts)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"attnce-bench: preset '{preset.name}', {len(specs)} runs, seeds {seeds}, {epochs} "
-          f"epochs, batch {budget.batch_size}; output in {out}", file=sys.stderr)
+    print(
+        f"attnce-bench: preset '{preset.name}', {len(specs)} runs, seeds {seeds}, {epochs} "
+        f"epochs, batch {budget.batch_size}; output in {out}",
+        file=sys.stderr,
+    )
 
     results: List[RunResult] = []
     matched: Dict[str, int] = {}
@@ -322,11 +362,21 @@ def run_benchmark(
         if spec.comparison == "equal-time":
             n = _resolve_matched(spec, results, seeds[0], matched)
             if n is None:
-                results.append(RunResult(
-                    key=spec.key, label=spec.label, method=spec.method, comparison=spec.comparison,
-                    seed=spec.seed, epochs=0, num_positives=0, matched_to=spec.matched_to,
-                    status="skipped", error=f"no timing of '{spec.matched_to}' or of the baseline "
-                    f"on seed {seeds[0]} (a run failed), so the time-matched epochs are unknown"))
+                results.append(
+                    RunResult(
+                        key=spec.key,
+                        label=spec.label,
+                        method=spec.method,
+                        comparison=spec.comparison,
+                        seed=spec.seed,
+                        epochs=0,
+                        num_positives=0,
+                        matched_to=spec.matched_to,
+                        status="skipped",
+                        error=f"no timing of '{spec.matched_to}' or of the baseline "
+                        f"on seed {seeds[0]} (a run failed), so the time-matched epochs are unknown",
+                    )
+                )
                 if outer is not None:
                     outer.update(1)
                 continue
@@ -356,9 +406,11 @@ def run_benchmark(
         inner = _progress(spec.epochs, "  epochs", 1, False)
 
         def epoch_cb(rec: Dict[str, Any], bar: Any = inner, spec: RunSpec = spec) -> None:
-            msg = (f"{rec.get('train_seconds', 0):.0f}s/ep kNN "
-                   f"{rec.get('val_knn_acc1', float('nan')):.1f} lin "
-                   f"{rec.get('val_acc1', float('nan')):.1f}")
+            msg = (
+                f"{rec.get('train_seconds', 0):.0f}s/ep kNN "
+                f"{rec.get('val_knn_acc1', float('nan')):.1f} lin "
+                f"{rec.get('val_acc1', float('nan')):.1f}"
+            )
             if bar is not None:
                 bar.set_postfix_str(msg)
                 bar.update(1)
@@ -396,11 +448,24 @@ def run_benchmark(
     from attnce_bench.report import bench_markdown, write_bench_report
 
     header_cmd = command or f"run_benchmark({_options_text(opts)})"
-    md = bench_markdown(results, header_cmd, preset.name, budget, epochs, seeds, data.note, total,
-                        machine(), versions(), _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-                        ablation_base=(plan_mod.attention_label(opts.ablation_method,
-                                                                opts.num_positives)
-                                       if opts.ablation else None))
+    md = bench_markdown(
+        results,
+        header_cmd,
+        preset.name,
+        budget,
+        epochs,
+        seeds,
+        data.note,
+        total,
+        machine(),
+        versions(),
+        _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        ablation_base=(
+            plan_mod.attention_label(opts.ablation_method, opts.num_positives)
+            if opts.ablation
+            else None
+        ),
+    )
     if opts.frontier:
         from attnce_bench import frontier
 
@@ -430,20 +495,27 @@ def _probe_run(result: RunResult, run_dir: Path, budget: Budget, cfg: Any) -> No
     _probe_into(result, lambda: load_pretrained_backbone(ckpt), budget, cfg)
 
 
-def _probe_into(result: RunResult, make_backbone: Callable[[], Any], budget: Budget,
-                cfg: Any) -> None:
+def _probe_into(
+    result: RunResult, make_backbone: Callable[[], Any], budget: Budget, cfg: Any
+) -> None:
     from omegaconf import OmegaConf
 
     from attnce_bench.probe import probe_backbone, probe_settings
 
     if budget.val_path is None or cfg.data.format == "h5":
         result.error = "offline probe skipped: " + (
-            "no val path" if budget.val_path is None else "h5 data is not read by the probe")
+            "no val path" if budget.val_path is None else "h5 data is not read by the probe"
+        )
         return
     try:
         settings = probe_settings(OmegaConf.to_container(cfg, resolve=True))
-        probe = probe_backbone(make_backbone(), str(cfg.data.dataset), Path(budget.train_path),
-                               Path(budget.val_path), **settings)
+        probe = probe_backbone(
+            make_backbone(),
+            str(cfg.data.dataset),
+            Path(budget.train_path),
+            Path(budget.val_path),
+            **settings,
+        )
     except Exception as err:  # a probe failure must not lose the pretraining result
         result.error = f"offline probe failed: {type(err).__name__}: {err}"
         return
@@ -459,8 +531,9 @@ def _probe_into(result: RunResult, make_backbone: Callable[[], Any], budget: Bud
 REFERENCES = (("random init (no pretraining)", "random-init"), ("raw pixels", "raw-pixels"))
 
 
-def _reference_results(results: Sequence[RunResult], seeds: Sequence[int], budget: Budget,
-                       out: Path) -> List[RunResult]:
+def _reference_results(
+    results: Sequence[RunResult], seeds: Sequence[int], budget: Budget, out: Path
+) -> List[RunResult]:
     """The untrained backbone (one per seed) and the raw pixels, probed on the same images.
 
     The untrained backbone is built from the saved config (``args.json``) of a finished run.
@@ -475,10 +548,19 @@ def _reference_results(results: Sequence[RunResult], seeds: Sequence[int], budge
     refs: List[RunResult] = []
     for label, key in REFERENCES:
         for seed in (seeds if key == "random-init" else seeds[:1]):
-            ref = RunResult(key=f"reference/{key}/seed{seed}", label=label, method="none",
-                            comparison="reference", seed=seed, epochs=0, num_positives=0,
-                            matched_to=None)
-            make = (lambda s=seed: random_backbone(args_json, s)) if key == "random-init" else Pixels
+            ref = RunResult(
+                key=f"reference/{key}/seed{seed}",
+                label=label,
+                method="none",
+                comparison="reference",
+                seed=seed,
+                epochs=0,
+                num_positives=0,
+                matched_to=None,
+            )
+            make = (
+                (lambda s=seed: random_backbone(args_json, s)) if key == "random-init" else Pixels
+            )
             _probe_into(ref, make, budget, cfg)
             if ref.offline_acc1 is None:
                 ref.status = "failed"

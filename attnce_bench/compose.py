@@ -135,7 +135,9 @@ def parse_set(text: str) -> Tuple[Optional[str], str, str]:
 def config_name(method: str, dataset: str) -> str:
     """The shipped primary config a bench method runs on a dataset."""
     if method not in METHOD_RECIPES:
-        raise BenchConfigError(f"unknown method {method!r}; allowed values are {list(METHOD_RECIPES)}")
+        raise BenchConfigError(
+            f"unknown method {method!r}; allowed values are {list(METHOD_RECIPES)}"
+        )
     if dataset not in DATASETS:
         raise BenchConfigError(f"--dataset={dataset!r}: allowed values are {list(DATASETS)}")
     return f"pretrain/{DATASETS[dataset].family}/{METHOD_RECIPES[method][0]}.yaml"
@@ -172,8 +174,13 @@ def budget_overrides(budget: Budget, spec: RunSpec, run_dir: Path) -> List[str]:
     ]
     if budget.cpu:
         # solo scales the lr by len(devices): a digit string is one CPU process (docs/solo-learn.md).
-        out += ["++accelerator=cpu", "++devices='1'", "++strategy=auto",
-                "++sync_batchnorm=False", "++precision='32'"]
+        out += [
+            "++accelerator=cpu",
+            "++devices='1'",
+            "++strategy=auto",
+            "++sync_batchnorm=False",
+            "++precision='32'",
+        ]
     if budget.limit_train_batches is not None:
         out.append(f"++limit_train_batches={budget.limit_train_batches}")
     if budget.limit_val_batches is not None:

@@ -152,7 +152,10 @@ def stratified_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
     classes = np.unique(labels)
     per_class = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
     # Round-robin over classes so every class gets n // C (+1 for the first n % C classes).
-    take = [per_class[i][: n // len(classes) + (1 if i < n % len(classes) else 0)] for i in range(len(classes))]
+    take = [
+        per_class[i][: n // len(classes) + (1 if i < n % len(classes) else 0)]
+        for i in range(len(classes))
+    ]
     picked = np.concatenate(take)
     if picked.size < n:  # only when some class is too small; fill from the rest at random
         rest = np.setdiff1d(np.arange(labels.shape[0]), picked)
@@ -164,13 +167,16 @@ def _check_classes(classes: Sequence[int]) -> Tuple[int, ...]:
     """``classes`` sorted, after checking they are distinct Fashion-MNIST label ids (at least 2)."""
     ids = tuple(sorted(int(c) for c in classes))
     if len(ids) < 2 or len(set(ids)) != len(ids) or not all(0 <= c < len(CLASS_NAMES) for c in ids):
-        raise ValueError(f"classes={list(classes)}: need at least 2 distinct label ids in "
-                         f"0..{len(CLASS_NAMES) - 1}")
+        raise ValueError(
+            f"classes={list(classes)}: need at least 2 distinct label ids in "
+            f"0..{len(CLASS_NAMES) - 1}"
+        )
     return ids
 
 
-def _subset_of_classes(labels: np.ndarray, n: int, seed: int,
-                       classes: Optional[Tuple[int, ...]]) -> np.ndarray:
+def _subset_of_classes(
+    labels: np.ndarray, n: int, seed: int, classes: Optional[Tuple[int, ...]]
+) -> np.ndarray:
     """:func:`stratified_subset` over all labels, or over the items of ``classes`` only."""
     if classes is None:
         return stratified_subset(labels, n, seed)
@@ -178,8 +184,9 @@ def _subset_of_classes(labels: np.ndarray, n: int, seed: int,
     return pool[stratified_subset(labels[pool], n, seed)]
 
 
-def _write_folder(images: np.ndarray, labels: np.ndarray, out: Path, size: int,
-                  classes: Sequence[int]) -> None:
+def _write_folder(
+    images: np.ndarray, labels: np.ndarray, out: Path, size: int, classes: Sequence[int]
+) -> None:
     from PIL import Image
 
     # Only the kept classes get a folder: solo-learn counts class folders for data.num_classes
@@ -226,8 +233,13 @@ def prepare_fashion_mnist(
     """
     ids = None if classes is None else _check_classes(classes)
     name = f"fashion-mnist_{image_size}px_train{num_train}_val{num_val}_seed{seed}"
-    expected: Dict[str, object] = {"format": _CACHE_FORMAT, "num_train": num_train,
-                                   "num_val": num_val, "image_size": image_size, "seed": seed}
+    expected: Dict[str, object] = {
+        "format": _CACHE_FORMAT,
+        "num_train": num_train,
+        "num_val": num_val,
+        "image_size": image_size,
+        "seed": seed,
+    }
     if ids is not None:  # without classes, names and markers stay as before (existing caches)
         name += "_classes" + "-".join(map(str, ids))
         expected["classes"] = list(ids)
@@ -236,7 +248,9 @@ def prepare_fashion_mnist(
     if marker.is_file():
         try:
             if json.loads(marker.read_text()) == expected:
-                return ImageFolderSplits(target / "train", target / "val", num_train, num_val, image_size)
+                return ImageFolderSplits(
+                    target / "train", target / "val", num_train, num_val, image_size
+                )
         except json.JSONDecodeError:
             pass  # a damaged marker: rebuild below
     source = fashion_mnist_dir() if source is None else Path(source)

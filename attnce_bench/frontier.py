@@ -39,8 +39,12 @@ VARIANTS: Tuple[Variant, ...] = (
     Variant("AttentionNCE (M=2)", "attentionnce", 2),
     Variant("AttentionNCE (M=4)", "attentionnce", 4),
     Variant("AttentionNCE multicrop (M=4, small)", "attentionnce_multicrop", 4),
-    Variant("AttentionNCE multicrop (M=4, small, batched)", "attentionnce_multicrop", 4,
-            (("method_kwargs.batch_positives", True),)),
+    Variant(
+        "AttentionNCE multicrop (M=4, small, batched)",
+        "attentionnce_multicrop",
+        4,
+        (("method_kwargs.batch_positives", True),),
+    ),
     Variant("MoCo v3 + AttentionNCE (M=4)", "mocov3_attentionnce", 4),
 )
 
@@ -61,8 +65,9 @@ def variants_for(methods: Sequence[str]) -> List[Variant]:
     return [v for v in VARIANTS if v.method in wanted]
 
 
-def build_frontier_plan(methods: Sequence[str], epochs: Sequence[int],
-                        seeds: Sequence[int]) -> List[RunSpec]:
+def build_frontier_plan(
+    methods: Sequence[str], epochs: Sequence[int], seeds: Sequence[int]
+) -> List[RunSpec]:
     """Every (variant, epoch budget, seed) run, seed-major so a first seed completes early.
 
     Raises:
@@ -75,7 +80,9 @@ def build_frontier_plan(methods: Sequence[str], epochs: Sequence[int],
         raise ValueError(f"--frontier-epochs={list(epochs)}: allowed values are integers >= 1")
     return [
         RunSpec(v.label, v.method, "frontier", seed, int(e), v.num_positives, v.settings)
-        for seed in seeds for v in chosen for e in sorted(set(int(x) for x in epochs))
+        for seed in seeds
+        for v in chosen
+        for e in sorted(set(int(x) for x in epochs))
     ]
 
 
@@ -103,14 +110,20 @@ def frontier_points(results: Sequence[Any]) -> List[Point]:
             groups.setdefault((_get(r, "label"), int(_get(r, "epochs"))), []).append(r)
     order = {v.label: i for i, v in enumerate(VARIANTS)}
     points = []
-    for (label, epochs), runs in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99),
-                                                                        kv[0][1])):
+    for (label, epochs), runs in sorted(
+        groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])
+    ):
         ok = [r for r in runs if _get(r, "status") == "ok"]
-        points.append(Point(
-            label=label, epochs=epochs, seeds=len(ok), failed=len(runs) - len(ok),
-            seconds=mean_std([_get(r, "train_seconds") for r in ok]),
-            stats={attr: mean_std([_get(r, attr) for r in ok]) for attr, _ in METRICS},
-        ))
+        points.append(
+            Point(
+                label=label,
+                epochs=epochs,
+                seeds=len(ok),
+                failed=len(runs) - len(ok),
+                seconds=mean_std([_get(r, "train_seconds") for r in ok]),
+                stats={attr: mean_std([_get(r, attr) for r in ok]) for attr, _ in METRICS},
+            )
+        )
     return points
 
 
@@ -155,14 +168,18 @@ class Verdict:
     is_clear: Optional[bool]
 
 
-def verdicts(points: Sequence[Point], metric: str = "knn_acc1",
-             budgets: Optional[Sequence[float]] = None) -> List[Verdict]:
+def verdicts(
+    points: Sequence[Point], metric: str = "knn_acc1", budgets: Optional[Sequence[float]] = None
+) -> List[Verdict]:
     """The best variant within each time budget, its margin over the second, and whether that
     margin is clear."""
     out = []
     for budget in budgets if budgets is not None else budget_grid(points):
-        ranked = sorted(best_within(points, budget, metric).values(),
-                        key=lambda p: p.stats[metric][0], reverse=True)
+        ranked = sorted(
+            best_within(points, budget, metric).values(),
+            key=lambda p: p.stats[metric][0],
+            reverse=True,
+        )
         leader = ranked[0] if ranked else None
         second = ranked[1] if len(ranked) > 1 else None
         margin = None
@@ -179,8 +196,10 @@ def crossings(found: Sequence[Verdict]) -> List[str]:
     out = []
     for before, after in zip(found, found[1:]):
         if before.leader and after.leader and before.leader.label != after.leader.label:
-            out.append(f"between {before.budget:.0f} s and {after.budget:.0f} s: "
-                       f"{before.leader.label} -> {after.leader.label}")
+            out.append(
+                f"between {before.budget:.0f} s and {after.budget:.0f} s: "
+                f"{before.leader.label} -> {after.leader.label}"
+            )
     return out
 
 
@@ -193,29 +212,55 @@ def markdown(results: Sequence[Any]) -> str:
     points = frontier_points(results)
     if not points:
         return ""
-    rows = [[p.label, str(p.epochs), str(p.seeds) + (f" ({p.failed} failed)" if p.failed else ""),
-             fmt_mean_std(p.seconds, 0)] + [fmt_mean_std(p.stats[a]) for a, _ in METRICS]
-            for p in points]
-    parts = ["## Accuracy per training time (frontier)", "",
-             "Each variant trained for each epoch budget (a full run with its own schedule), mean ± "
-             "std over seeds; train s is the measured training time of the run.", "",
-             table(["variant", "epochs", "seeds", "train s"] + [t for _, t in METRICS], rows), ""]
+    rows = [
+        [
+            p.label,
+            str(p.epochs),
+            str(p.seeds) + (f" ({p.failed} failed)" if p.failed else ""),
+            fmt_mean_std(p.seconds, 0),
+        ]
+        + [fmt_mean_std(p.stats[a]) for a, _ in METRICS]
+        for p in points
+    ]
+    parts = [
+        "## Accuracy per training time (frontier)",
+        "",
+        "Each variant trained for each epoch budget (a full run with its own schedule), mean ± "
+        "std over seeds; train s is the measured training time of the run.",
+        "",
+        table(["variant", "epochs", "seeds", "train s"] + [t for _, t in METRICS], rows),
+        "",
+    ]
     for attr, title in METRICS:
         found = verdicts(points, attr)
         vrows = []
         for v in found:
-            verdict = ("clear" if v.is_clear else "not clear (within the stds added)"
-                       if v.is_clear is False else "n/a")
-            vrows.append([f"{v.budget:.0f}", _point_label(v.leader),
-                          "n/a" if v.leader is None else fmt_mean_std(v.leader.stats[attr]),
-                          _point_label(v.runner_up),
-                          "n/a" if v.margin is None else f"{v.margin:+.1f}", verdict])
-        parts += [f"### Best {title} within a time budget", "",
-                  table(["budget s", "best", "its accuracy", "second", "margin (points)",
-                         "lead"], vrows), ""]
+            verdict = (
+                "clear"
+                if v.is_clear
+                else "not clear (within the stds added)" if v.is_clear is False else "n/a"
+            )
+            vrows.append(
+                [
+                    f"{v.budget:.0f}",
+                    _point_label(v.leader),
+                    "n/a" if v.leader is None else fmt_mean_std(v.leader.stats[attr]),
+                    _point_label(v.runner_up),
+                    "n/a" if v.margin is None else f"{v.margin:+.1f}",
+                    verdict,
+                ]
+            )
+        parts += [
+            f"### Best {title} within a time budget",
+            "",
+            table(["budget s", "best", "its accuracy", "second", "margin (points)", "lead"], vrows),
+            "",
+        ]
         cross = crossings(found)
-        parts += ["Leader changes (curves crossing): " + ("; ".join(cross) if cross else "none")
-                  + ".", ""]
+        parts += [
+            "Leader changes (curves crossing): " + ("; ".join(cross) if cross else "none") + ".",
+            "",
+        ]
     return "\n".join(parts)
 
 
@@ -236,21 +281,31 @@ def plot(results: Sequence[Any], path: Path, title: str) -> Optional[Path]:
         for col, (attr, name) in enumerate(METRICS):
             ax = axes[row][col]
             for i, label in enumerate(labels):
-                pts = [p for p in points if p.label == label and p.stats[attr][0] is not None
-                       and x_of(p) is not None]
+                pts = [
+                    p
+                    for p in points
+                    if p.label == label and p.stats[attr][0] is not None and x_of(p) is not None
+                ]
                 if not pts:
                     continue
-                ax.errorbar([x_of(p) for p in pts], [p.stats[attr][0] for p in pts],
-                            yerr=[p.stats[attr][1] or 0.0 for p in pts], marker="o", capsize=3,
-                            color=f"C{i}", label=label)
+                ax.errorbar(
+                    [x_of(p) for p in pts],
+                    [p.stats[attr][0] for p in pts],
+                    yerr=[p.stats[attr][1] or 0.0 for p in pts],
+                    marker="o",
+                    capsize=3,
+                    color=f"C{i}",
+                    label=label,
+                )
             ax.set_title(name, fontsize=10)
             ax.set_xlabel("training seconds" if row == 0 else "epochs")
             if row == 0:
                 ax.set_xscale("log")
             ax.set_ylabel("top-1 % (mean ± std over seeds)")
     handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=min(4, len(names)), fontsize=8,
-               frameon=False)
+    fig.legend(
+        handles, names, loc="lower center", ncol=min(4, len(names)), fontsize=8, frameon=False
+    )
     fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -265,10 +320,16 @@ def one_line_verdicts(results: Sequence[Any], metric: str = "knn_acc1") -> List[
     for v in verdicts(frontier_points(results), metric):
         if v.leader is None:
             continue
-        lead = "" if v.margin is None else (
-            f" by {v.margin:+.1f} over {v.runner_up.label} ({v.runner_up.epochs} ep), "
-            + ("clear" if v.is_clear else "not clear" if v.is_clear is False else "no std"))
-        out.append(f"<= {v.budget:.0f} s: {v.leader.label} ({v.leader.epochs} ep, "
-                   f"{fmt_mean_std(v.leader.stats[metric])}){lead}")
+        lead = (
+            ""
+            if v.margin is None
+            else (
+                f" by {v.margin:+.1f} over {v.runner_up.label} ({v.runner_up.epochs} ep), "
+                + ("clear" if v.is_clear else "not clear" if v.is_clear is False else "no std")
+            )
+        )
+        out.append(
+            f"<= {v.budget:.0f} s: {v.leader.label} ({v.leader.epochs} ep, "
+            f"{fmt_mean_std(v.leader.stats[metric])}){lead}"
+        )
     return out
-

@@ -68,8 +68,14 @@ def make_epoch_logger(log_file: str) -> Any:
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             self.fit_start = time.perf_counter()
-            self._write(trainer, {"event": "fit_start", "max_epochs": trainer.max_epochs,
-                                  "num_training_batches": trainer.num_training_batches})
+            self._write(
+                trainer,
+                {
+                    "event": "fit_start",
+                    "max_epochs": trainer.max_epochs,
+                    "num_training_batches": trainer.num_training_batches,
+                },
+            )
 
         def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
             self.epoch_start = time.perf_counter()
@@ -135,24 +141,27 @@ def _patch_custom_val_transform(val_size: int, mean: Any, std: Any) -> None:
     ``prepare_transforms`` looks ``build_custom_pipeline`` up in its module's globals at call
     time, so replacing the module attribute is enough.
     """
+    import solo.data.classification_dataloader as cls_data
     from torchvision import transforms
 
-    import solo.data.classification_dataloader as cls_data
-
     def build_custom_pipeline() -> Dict[str, Any]:
-        t_val = transforms.Compose([
-            transforms.Resize(val_size, interpolation=transforms.InterpolationMode.BICUBIC),
-            transforms.CenterCrop(val_size),
-            transforms.ToTensor(),
-            transforms.Normalize(mean=mean, std=std),
-        ])
+        t_val = transforms.Compose(
+            [
+                transforms.Resize(val_size, interpolation=transforms.InterpolationMode.BICUBIC),
+                transforms.CenterCrop(val_size),
+                transforms.ToTensor(),
+                transforms.Normalize(mean=mean, std=std),
+            ]
+        )
         # T_train is only used by main_linear.py; keep the same size so it would not upscale.
-        t_train = transforms.Compose([
-            transforms.RandomResizedCrop(val_size, scale=(0.08, 1.0)),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize(mean=mean, std=std),
-        ])
+        t_train = transforms.Compose(
+            [
+                transforms.RandomResizedCrop(val_size, scale=(0.08, 1.0)),
+                transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(),
+                transforms.Normalize(mean=mean, std=std),
+            ]
+        )
         return {"T_train": t_train, "T_val": t_val}
 
     cls_data.build_custom_pipeline = build_custom_pipeline
@@ -170,7 +179,9 @@ class BenchHooks(HydraCallback):
         self.log_file = str(log_file)
         self.val_size = int(val_size)
         if self.val_size < 0:
-            raise ValueError(f"attnce_bench.val_size={val_size}: must be 0 (off) or a positive size")
+            raise ValueError(
+                f"attnce_bench.val_size={val_size}: must be 0 (off) or a positive size"
+            )
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         if self.val_size > 0:

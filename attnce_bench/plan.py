@@ -66,19 +66,35 @@ PRESETS: Dict[str, Preset] = {
     # No limit_val_batches: solo's kNN takes its class count from the validation targets it saw,
     # and the (class-sorted) val folder must be read whole to hold every class.
     "smoke": Preset(
-        name="smoke", num_train=96, num_val=40, epochs=1, batch_size=16, seeds=(0,),
-        num_workers=0, frontier_epochs=(1, 2),
+        name="smoke",
+        num_train=96,
+        num_val=40,
+        epochs=1,
+        batch_size=16,
+        seeds=(0,),
+        num_workers=0,
+        frontier_epochs=(1, 2),
         description="micro budget for tests: 1 seed, 1 epoch of 6 batches; numbers are meaningless",
     ),
     # The README's quick start: sized for about 15-20 minutes on 2 CPU cores (see docs/results.md).
     "default": Preset(
-        name="default", num_train=1200, num_val=1000, epochs=4, batch_size=64, seeds=(0, 1),
+        name="default",
+        num_train=1200,
+        num_val=1000,
+        epochs=4,
+        batch_size=64,
+        seeds=(0, 1),
         num_workers=2,
         description="embedded default: Fashion-MNIST subset, 2 seeds, ~15-20 min on 2 CPU cores",
     ),
     # The solo-learn calibration scale (docs/solo-learn.md): hours on a CPU, minutes on a GPU.
     "long": Preset(
-        name="long", num_train=6000, num_val=2000, epochs=10, batch_size=128, seeds=(0, 1, 2),
+        name="long",
+        num_train=6000,
+        num_val=2000,
+        epochs=10,
+        batch_size=128,
+        seeds=(0, 1, 2),
         num_workers=2,
         description="6,000 images, 10 epochs, 3 seeds: a few hours on 2 CPU cores",
     ),
@@ -120,8 +136,16 @@ class RunSpec:
         return f"{self.comparison}/{safe}/seed{self.seed}"
 
     def with_epochs(self, epochs: int) -> "RunSpec":
-        return RunSpec(self.label, self.method, self.comparison, self.seed, epochs,
-                       self.num_positives, self.settings, self.matched_to)
+        return RunSpec(
+            self.label,
+            self.method,
+            self.comparison,
+            self.seed,
+            epochs,
+            self.num_positives,
+            self.settings,
+            self.matched_to,
+        )
 
 
 def _fmt(value: float) -> str:
@@ -133,8 +157,13 @@ def _fmt(value: float) -> str:
 ANCHOR_MODES: Tuple[str, ...] = ("views", "mean")
 
 
-def attention_label(method: str, m: int, d_pos: Optional[float] = None,
-                    d_neg: Optional[float] = None, anchor: Optional[str] = None) -> str:
+def attention_label(
+    method: str,
+    m: int,
+    d_pos: Optional[float] = None,
+    d_neg: Optional[float] = None,
+    anchor: Optional[str] = None,
+) -> str:
     parts = [f"M={m}"]
     if anchor is not None:
         parts.append(f"anchor={anchor}")
@@ -193,7 +222,9 @@ def build_plan(opts: PlanOptions) -> List[RunSpec]:
         raise ValueError(f"--num-positives={opts.num_positives}: must be >= 1")
     bad_anchor = [a for a in opts.anchor_grid if a not in ANCHOR_MODES]
     if bad_anchor:
-        raise ValueError(f"--anchor-grid: unknown {bad_anchor}; allowed values are {list(ANCHOR_MODES)}")
+        raise ValueError(
+            f"--anchor-grid: unknown {bad_anchor}; allowed values are {list(ANCHOR_MODES)}"
+        )
     if opts.ablation and opts.anchor_grid and opts.ablation_method != "attentionnce":
         raise ValueError(
             f"--anchor-grid needs --ablation-method=attentionnce (method_kwargs.anchor is a setting "
@@ -205,25 +236,50 @@ def build_plan(opts: PlanOptions) -> List[RunSpec]:
         seed_runs: List[RunSpec] = []
         for method in opts.methods:
             if method in ATTENTION_METHODS:
-                seed_runs.append(RunSpec(attention_label(method, opts.num_positives), method,
-                                         "equal-epoch", seed, opts.epochs, opts.num_positives))
+                seed_runs.append(
+                    RunSpec(
+                        attention_label(method, opts.num_positives),
+                        method,
+                        "equal-epoch",
+                        seed,
+                        opts.epochs,
+                        opts.num_positives,
+                    )
+                )
             else:
-                seed_runs.append(RunSpec(DISPLAY[method], method, "equal-epoch", seed,
-                                         opts.epochs, 0))
+                seed_runs.append(
+                    RunSpec(DISPLAY[method], method, "equal-epoch", seed, opts.epochs, 0)
+                )
         # AttentionNCE with fewer positive views (the rebuttal's M = 2), SimCLR form.
         if "attentionnce" in opts.methods:
             for m in opts.extra_m:
                 if m != opts.num_positives:
-                    seed_runs.append(RunSpec(attention_label("attentionnce", m), "attentionnce",
-                                             "equal-epoch", seed, opts.epochs, m))
+                    seed_runs.append(
+                        RunSpec(
+                            attention_label("attentionnce", m),
+                            "attentionnce",
+                            "equal-epoch",
+                            seed,
+                            opts.epochs,
+                            m,
+                        )
+                    )
         if opts.ablation:
             seed_runs.extend(_ablation_runs(opts, seed))
         if opts.time_matched:
             for base, target in TIME_MATCH.items():
                 if base in opts.methods and target in opts.methods:
-                    seed_runs.append(RunSpec(
-                        f"{DISPLAY[base]} (time of {DISPLAY[target]})", base, "equal-time",
-                        seed, 0, 0, matched_to=attention_label(target, opts.num_positives)))
+                    seed_runs.append(
+                        RunSpec(
+                            f"{DISPLAY[base]} (time of {DISPLAY[target]})",
+                            base,
+                            "equal-time",
+                            seed,
+                            0,
+                            0,
+                            matched_to=attention_label(target, opts.num_positives),
+                        )
+                    )
         runs.extend(seed_runs)
     return runs
 
@@ -241,9 +297,17 @@ def _ablation_runs(opts: PlanOptions, seed: int) -> List[RunSpec]:
         ):
             return  # the equal-epoch run of the method is this setting; the report reuses it
         seen.add((m, d_pos, d_neg))
-        out.append(RunSpec(
-            attention_label(method, m, d_pos, d_neg), method, "ablation", seed, opts.epochs, m,
-            (("method_kwargs.d_pos", float(d_pos)), ("method_kwargs.d_neg", float(d_neg)))))
+        out.append(
+            RunSpec(
+                attention_label(method, m, d_pos, d_neg),
+                method,
+                "ablation",
+                seed,
+                opts.epochs,
+                m,
+                (("method_kwargs.d_pos", float(d_pos)), ("method_kwargs.d_neg", float(d_neg))),
+            )
+        )
 
     for m in opts.m_grid:
         add(int(m), opts.base_d_pos, opts.base_d_neg)
@@ -254,16 +318,29 @@ def _ablation_runs(opts: PlanOptions, seed: int) -> List[RunSpec]:
     for anchor in dict.fromkeys(opts.anchor_grid):
         if anchor == "views":
             continue  # the base setting (the equal-epoch run or the grids above)
-        out.append(RunSpec(
-            attention_label(method, opts.num_positives, opts.base_d_pos, opts.base_d_neg, anchor),
-            method, "ablation", seed, opts.epochs, opts.num_positives,
-            (("method_kwargs.d_pos", float(opts.base_d_pos)),
-             ("method_kwargs.d_neg", float(opts.base_d_neg)), ("method_kwargs.anchor", anchor))))
+        out.append(
+            RunSpec(
+                attention_label(
+                    method, opts.num_positives, opts.base_d_pos, opts.base_d_neg, anchor
+                ),
+                method,
+                "ablation",
+                seed,
+                opts.epochs,
+                opts.num_positives,
+                (
+                    ("method_kwargs.d_pos", float(opts.base_d_pos)),
+                    ("method_kwargs.d_neg", float(opts.base_d_neg)),
+                    ("method_kwargs.anchor", anchor),
+                ),
+            )
+        )
     return out
 
 
-def matched_epochs(base_epochs: int, base_seconds_per_epoch: float,
-                   target_seconds_per_epoch: float) -> int:
+def matched_epochs(
+    base_epochs: int, base_seconds_per_epoch: float, target_seconds_per_epoch: float
+) -> int:
     """Epochs a baseline needs to train as long as the target trained in ``base_epochs`` epochs.
 
     Rounded to the nearest epoch, never fewer than ``base_epochs`` (the baselines are the cheaper

@@ -78,7 +78,9 @@ def load_pretrained_backbone(ckpt_path: Path) -> nn.Module:
 
     args_path = Path(ckpt_path).parent / "args.json"
     if not args_path.is_file():
-        raise FileNotFoundError(f"{args_path}: solo-learn's args.json is missing beside {ckpt_path}")
+        raise FileNotFoundError(
+            f"{args_path}: solo-learn's args.json is missing beside {ckpt_path}"
+        )
     attnce_plugin.register()
     cfg = OmegaConf.create(json.loads(args_path.read_text()))
     model = METHODS[cfg.method].load_from_checkpoint(
@@ -116,28 +118,45 @@ def _dataset(dataset: str, folder: Path, train: bool, transform: Any) -> Any:
         cls = datasets.CIFAR10 if dataset == "cifar10" else datasets.CIFAR100
         return cls(str(folder), train=train, download=False, transform=transform)
     if dataset == "stl10":
-        return datasets.STL10(str(folder), split="train" if train else "test", download=False,
-                              transform=transform)
+        return datasets.STL10(
+            str(folder), split="train" if train else "test", download=False, transform=transform
+        )
     return datasets.ImageFolder(str(folder), transform)
 
 
-def _loader(dataset: str, folder: Path, train: bool, size: int, mean: Sequence[float],
-            std: Sequence[float], batch_size: int, num_workers: int) -> Any:
+def _loader(
+    dataset: str,
+    folder: Path,
+    train: bool,
+    size: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    batch_size: int,
+    num_workers: int,
+) -> Any:
     from torch.utils.data import DataLoader
     from torchvision import transforms
 
-    t = transforms.Compose([
-        transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC),
-        transforms.CenterCrop(size),
-        transforms.ToTensor(),
-        transforms.Normalize(mean=mean, std=std),
-    ])
-    return DataLoader(_dataset(dataset, folder, train, t), batch_size=batch_size, shuffle=False,
-                      num_workers=num_workers)
+    t = transforms.Compose(
+        [
+            transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC),
+            transforms.CenterCrop(size),
+            transforms.ToTensor(),
+            transforms.Normalize(mean=mean, std=std),
+        ]
+    )
+    return DataLoader(
+        _dataset(dataset, folder, train, t),
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=num_workers,
+    )
 
 
 @torch.no_grad()
-def extract_features(backbone: nn.Module, loader: Any, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+def extract_features(
+    backbone: nn.Module, loader: Any, device: torch.device
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Features and labels of every image of ``loader``.
 
     Returns:
@@ -151,8 +170,9 @@ def extract_features(backbone: nn.Module, loader: Any, device: torch.device) -> 
     return torch.cat(feats), torch.cat(labels)
 
 
-def fit_logistic(x: torch.Tensor, y: torch.Tensor, num_classes: int, l2: float,
-                 max_iter: int = 200) -> nn.Linear:
+def fit_logistic(
+    x: torch.Tensor, y: torch.Tensor, num_classes: int, l2: float, max_iter: int = 200
+) -> nn.Linear:
     """Softmax regression by full-batch L-BFGS.
 
     Args:
@@ -164,8 +184,9 @@ def fit_logistic(x: torch.Tensor, y: torch.Tensor, num_classes: int, l2: float,
     clf = nn.Linear(x.shape[1], num_classes)
     nn.init.zeros_(clf.weight)
     nn.init.zeros_(clf.bias)
-    opt = torch.optim.LBFGS(clf.parameters(), lr=1.0, max_iter=max_iter,
-                            history_size=20, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        clf.parameters(), lr=1.0, max_iter=max_iter, history_size=20, line_search_fn="strong_wolfe"
+    )
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
@@ -182,7 +203,9 @@ def _accuracy(clf: nn.Linear, x: torch.Tensor, y: torch.Tensor) -> float:
         return float((clf(x).argmax(1) == y).float().mean()) * 100.0
 
 
-def _holdout_split(y: torch.Tensor, fraction: float, seed: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def _holdout_split(
+    y: torch.Tensor, fraction: float, seed: int
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Stratified (fit, holdout) index split of ``y``."""
     g = torch.Generator().manual_seed(seed)
     fit, hold = [], []
@@ -195,8 +218,13 @@ def _holdout_split(y: torch.Tensor, fraction: float, seed: int) -> Tuple[torch.T
     return torch.cat(fit), torch.cat(hold)
 
 
-def probe_features(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
-                   val_y: torch.Tensor, l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> Tuple[float, float]:
+def probe_features(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    val_x: torch.Tensor,
+    val_y: torch.Tensor,
+    l2_grid: Sequence[float] = DEFAULT_L2_GRID,
+) -> Tuple[float, float]:
     """Choose L2 on a hold-out of the train features, refit on all of them, score on val.
 
     Returns:
@@ -221,8 +249,9 @@ def probe_features(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Te
     return _accuracy(clf, vx, val_y), best_l2
 
 
-def offline_health(features: torch.Tensor, max_samples: int = HEALTH_MAX_SAMPLES,
-                   seed: int = 0) -> Dict[str, float]:
+def offline_health(
+    features: torch.Tensor, max_samples: int = HEALTH_MAX_SAMPLES, seed: int = 0
+) -> Dict[str, float]:
     """Uniformity (t = 2, on L2-normalised features) and effective rank of frozen features.
 
     Args:
@@ -242,15 +271,23 @@ def offline_health(features: torch.Tensor, max_samples: int = HEALTH_MAX_SAMPLES
         raise ValueError(f"max_samples must be an integer >= 2, got {max_samples!r}")
     x = features
     if x.shape[0] > max_samples:
-        keep = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed))[:max_samples]
+        keep = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed))[
+            :max_samples
+        ]
         x = x[keep]
     return {"uniformity": float(uniformity(x)), "eff_rank": float(effective_rank(x))}
 
 
 @torch.no_grad()
-def knn_accuracy(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
-                 val_y: torch.Tensor, k: int = KNN_K, temperature: float = KNN_T,
-                 chunk: int = 1024) -> float:
+def knn_accuracy(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    val_x: torch.Tensor,
+    val_y: torch.Tensor,
+    k: int = KNN_K,
+    temperature: float = KNN_T,
+    chunk: int = 1024,
+) -> float:
     """Top-1 % of solo-learn's weighted kNN classifier with cosine similarity.
 
     Each val feature votes with its k most similar train features (cosine), each vote weighted by
@@ -271,17 +308,26 @@ def knn_accuracy(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tens
     k = min(k, train.shape[0])
     correct = 0
     for start in range(0, val.shape[0], chunk):
-        sims, idx = (val[start:start + chunk] @ train.T).topk(k, dim=1)
+        sims, idx = (val[start : start + chunk] @ train.T).topk(k, dim=1)
         votes = torch.zeros(sims.shape[0], num_classes)
         votes.scatter_add_(1, train_y[idx], (sims / temperature).exp())
-        correct += int((votes.argmax(dim=1) == val_y[start:start + chunk]).sum())
+        correct += int((votes.argmax(dim=1) == val_y[start : start + chunk]).sum())
     return 100.0 * correct / val.shape[0]
 
 
-def probe_backbone(backbone: nn.Module, dataset: str, train_dir: Path, val_dir: Path,
-                   image_size: int, mean: Sequence[float], std: Sequence[float],
-                   batch_size: int = 256, num_workers: int = 0, device: Optional[str] = None,
-                   l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> ProbeResult:
+def probe_backbone(
+    backbone: nn.Module,
+    dataset: str,
+    train_dir: Path,
+    val_dir: Path,
+    image_size: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    batch_size: int = 256,
+    num_workers: int = 0,
+    device: Optional[str] = None,
+    l2_grid: Sequence[float] = DEFAULT_L2_GRID,
+) -> ProbeResult:
     """Linear probe, kNN and health of a frozen feature extractor (see the module docstring).
 
     Args:
@@ -295,14 +341,23 @@ def probe_backbone(backbone: nn.Module, dataset: str, train_dir: Path, val_dir: 
     """
     start = time.perf_counter()
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    loaders = [_loader(dataset, folder, train, image_size, mean, std, batch_size, num_workers)
-               for folder, train in ((train_dir, True), (val_dir, False))]
+    loaders = [
+        _loader(dataset, folder, train, image_size, mean, std, batch_size, num_workers)
+        for folder, train in ((train_dir, True), (val_dir, False))
+    ]
     (tr_x, tr_y), (va_x, va_y) = (extract_features(backbone, loader, dev) for loader in loaders)
     acc, l2 = probe_features(tr_x, tr_y, va_x, va_y, l2_grid)
     knn = knn_accuracy(tr_x, tr_y, va_x, va_y)
     health = offline_health(va_x)
-    return ProbeResult(acc1=acc, knn_acc1=knn, l2=l2, num_train=int(tr_y.numel()),
-                       num_val=int(va_y.numel()), seconds=time.perf_counter() - start, **health)
+    return ProbeResult(
+        acc1=acc,
+        knn_acc1=knn,
+        l2=l2,
+        num_train=int(tr_y.numel()),
+        num_val=int(va_y.numel()),
+        seconds=time.perf_counter() - start,
+        **health,
+    )
 
 
 def probe_settings(cfg: Dict[str, Any]) -> Dict[str, Any]:

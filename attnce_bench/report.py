@@ -77,7 +77,9 @@ def aggregate(results: Iterable[Any]) -> List[Row]:
         ok = [r for r in runs if _get(r, "status") == "ok"]
         first = runs[0]
         row = Row(
-            comparison=comparison, label=label, method=_get(first, "method"),
+            comparison=comparison,
+            label=label,
+            method=_get(first, "method"),
             num_positives=int(_get(first, "num_positives") or 0),
             seeds=[int(_get(r, "seed")) for r in ok],
             epochs=sorted({int(_get(r, "epochs")) for r in ok}),
@@ -138,28 +140,42 @@ def table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def markdown_table(rows: Sequence[Row]) -> str:
     """A markdown table of rows: accuracies as mean ± std over seeds, time, memory."""
-    head = ["method", "epochs", "seeds"] + [title for _, title in METRICS] + [
-        "s / epoch", "train s", "peak mem MiB"]
-    return table(head, [
-        [row.label, _epochs(row), _seeds(row)]
-        + [fmt_mean_std(row.stats.get(attr, (None, None))) for attr, _ in METRICS]
-        + [_fmt(row.seconds_per_epoch), _fmt(row.train_seconds, 0), _fmt(row.peak_mem_mib, 0)]
-        for row in rows
-    ])
+    head = (
+        ["method", "epochs", "seeds"]
+        + [title for _, title in METRICS]
+        + ["s / epoch", "train s", "peak mem MiB"]
+    )
+    return table(
+        head,
+        [
+            [row.label, _epochs(row), _seeds(row)]
+            + [fmt_mean_std(row.stats.get(attr, (None, None))) for attr, _ in METRICS]
+            + [_fmt(row.seconds_per_epoch), _fmt(row.train_seconds, 0), _fmt(row.peak_mem_mib, 0)]
+            for row in rows
+        ],
+    )
 
 
 def health_table(rows: Sequence[Row]) -> str:
     """A markdown table of the representation-health columns (mean ± std over seeds)."""
     head = ["method", "epochs", "seeds"] + [title for _, title, _ in HEALTH]
-    return table(head, [
-        [row.label, _epochs(row), _seeds(row)]
-        + [fmt_mean_std(row.stats.get(attr, (None, None)), digits) for attr, _, digits in HEALTH]
-        for row in rows
-    ])
+    return table(
+        head,
+        [
+            [row.label, _epochs(row), _seeds(row)]
+            + [
+                fmt_mean_std(row.stats.get(attr, (None, None)), digits)
+                for attr, _, digits in HEALTH
+            ]
+            for row in rows
+        ],
+    )
 
 
 def _has_health(rows: Sequence[Row]) -> bool:
-    return any(row.stats.get(attr, (None, None))[0] is not None for row in rows for attr, _, _ in HEALTH)
+    return any(
+        row.stats.get(attr, (None, None))[0] is not None for row in rows for attr, _, _ in HEALTH
+    )
 
 
 def _section_rows(rows: Sequence[Row], comparison: str) -> List[Row]:
@@ -183,33 +199,66 @@ def ablation_rows(rows: Sequence[Row], base_label: Optional[str]) -> List[Row]:
     return out + _section_rows(rows, "ablation")
 
 
-def render_markdown(rows: Sequence[Row], header: str, notes: Sequence[str] = (),
-                    ablation_base: Optional[str] = None) -> str:
+def render_markdown(
+    rows: Sequence[Row], header: str, notes: Sequence[str] = (), ablation_base: Optional[str] = None
+) -> str:
     """The whole results.md: header, one table per comparison present, notes."""
     parts = [header.rstrip(), ""]
     eq = _section_rows(rows, "equal-epoch") + _section_rows(rows, "reference")
     if eq:
-        parts += ["## Equal epochs", "", "Every method for the same number of epochs, batch size "
-                  "and seeds" + (" (the last rows: the untrained backbone and the raw pixels, on "
-                  "the same images, for scale)" if _section_rows(rows, "reference") else "") + ".",
-                  "", markdown_table(eq), ""]
+        parts += [
+            "## Equal epochs",
+            "",
+            "Every method for the same number of epochs, batch size "
+            "and seeds"
+            + (
+                " (the last rows: the untrained backbone and the raw pixels, on "
+                "the same images, for scale)"
+                if _section_rows(rows, "reference")
+                else ""
+            )
+            + ".",
+            "",
+            markdown_table(eq),
+            "",
+        ]
     et = equal_time_rows(rows)
     if et:
-        parts += ["## Equal wall-clock", "", "Each baseline retrained for as many epochs as fit in "
-                  "the training time of the AttentionNCE variant listed under it (timed on the "
-                  "first seed's equal-epoch runs).", "", markdown_table(et), ""]
+        parts += [
+            "## Equal wall-clock",
+            "",
+            "Each baseline retrained for as many epochs as fit in "
+            "the training time of the AttentionNCE variant listed under it (timed on the "
+            "first seed's equal-epoch runs).",
+            "",
+            markdown_table(et),
+            "",
+        ]
     ab = ablation_rows(rows, ablation_base)
     if _section_rows(rows, "ablation"):
-        parts += ["## Ablation", "", "One setting varied at a time around the base (first row).",
-                  "", markdown_table(ab), ""]
+        parts += [
+            "## Ablation",
+            "",
+            "One setting varied at a time around the base (first row).",
+            "",
+            markdown_table(ab),
+            "",
+        ]
     if _has_health(rows):
         # Frontier rows mix epoch budgets under one label: their table is the frontier's own.
         health_rows = [r for r in rows if r.seeds and r.comparison != "frontier"]
-        parts += ["## Representation health", "", "Frozen backbone features of the validation "
-                  "images (the offline probe's), at most 2048 of them: uniformity (Wang & Isola, "
-                  "2020; t = 2, on L2-normalised features) and effective rank of their covariance "
-                  "(Roy & Vetterli, 2007; falls under dimensional collapse). See "
-                  "docs/attention-diagnostics.md.", "", health_table(health_rows), ""]
+        parts += [
+            "## Representation health",
+            "",
+            "Frozen backbone features of the validation "
+            "images (the offline probe's), at most 2048 of them: uniformity (Wang & Isola, "
+            "2020; t = 2, on L2-normalised features) and effective rank of their covariance "
+            "(Roy & Vetterli, 2007; falls under dimensional collapse). See "
+            "docs/attention-diagnostics.md.",
+            "",
+            health_table(health_rows),
+            "",
+        ]
     if notes:
         parts += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(parts)
@@ -219,12 +268,32 @@ def write_csvs(results: Sequence[Any], rows: Sequence[Row], out_dir: Path) -> Tu
     """``runs.csv`` (one line per run) and ``summary.csv`` (one line per row)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_path, summary_path = out_dir / "runs.csv", out_dir / "summary.csv"
-    run_fields = ["comparison", "label", "method", "num_positives", "seed", "epochs", "status",
-                  "epochs_done", "knn_acc1", "linear_acc1", "offline_knn_acc1", "offline_acc1",
-                  "offline_l2",
-                  "offline_uniformity", "offline_eff_rank",
-                  "seconds_per_epoch", "train_seconds", "wall_seconds", "probe_seconds",
-                  "peak_rss_mib", "peak_pss_mib", "matched_to", "run_dir", "error"]
+    run_fields = [
+        "comparison",
+        "label",
+        "method",
+        "num_positives",
+        "seed",
+        "epochs",
+        "status",
+        "epochs_done",
+        "knn_acc1",
+        "linear_acc1",
+        "offline_knn_acc1",
+        "offline_acc1",
+        "offline_l2",
+        "offline_uniformity",
+        "offline_eff_rank",
+        "seconds_per_epoch",
+        "train_seconds",
+        "wall_seconds",
+        "probe_seconds",
+        "peak_rss_mib",
+        "peak_pss_mib",
+        "matched_to",
+        "run_dir",
+        "error",
+    ]
     with runs_path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=run_fields, extrasaction="ignore")
         w.writeheader()
@@ -241,14 +310,24 @@ def write_csvs(results: Sequence[Any], rows: Sequence[Row], out_dir: Path) -> Tu
         head += ["seconds_per_epoch", "train_seconds", "peak_mem_mib", "matched_to"]
         w.writerow(head)
         for row in rows:
-            line: List[Any] = [row.comparison, row.label, row.method, row.num_positives,
-                               _epochs(row), " ".join(map(str, row.seeds)),
-                               " ".join(map(str, row.failed_seeds))]
+            line: List[Any] = [
+                row.comparison,
+                row.label,
+                row.method,
+                row.num_positives,
+                _epochs(row),
+                " ".join(map(str, row.seeds)),
+                " ".join(map(str, row.failed_seeds)),
+            ]
             for attr in [a for a, _ in METRICS] + [a for a, _, _ in HEALTH]:
                 mean, std = row.stats.get(attr, (None, None))
                 line += [_num(mean), _num(std)]
-            line += [_num(row.seconds_per_epoch), _num(row.train_seconds), _num(row.peak_mem_mib),
-                     row.matched_to or ""]
+            line += [
+                _num(row.seconds_per_epoch),
+                _num(row.train_seconds),
+                _num(row.peak_mem_mib),
+                row.matched_to or "",
+            ]
             w.writerow(line)
     return runs_path, summary_path
 
@@ -272,8 +351,13 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> Optional[Path]:
         return None
     labels = [f"{r.label}\n[{r.comparison}, {_epochs(r)} ep]" for r in shown]
     y = list(range(len(shown)))
-    fig, axes = plt.subplots(1, 3, figsize=(16, 1.0 + 0.55 * len(shown) * 1.6),
-                             gridspec_kw={"width_ratios": [3, 1, 1]}, sharey=True)
+    fig, axes = plt.subplots(
+        1,
+        3,
+        figsize=(16, 1.0 + 0.55 * len(shown) * 1.6),
+        gridspec_kw={"width_ratios": [3, 1, 1]},
+        sharey=True,
+    )
     height = 0.8 / len(METRICS)
     for k, (attr, title_) in enumerate(METRICS):
         means = [r.stats[attr][0] or 0.0 for r in shown]
@@ -284,8 +368,9 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> Optional[Path]:
     axes[0].set_yticklabels(labels, fontsize=8)
     axes[0].invert_yaxis()
     axes[0].set_xlabel("top-1 accuracy % (mean ± std over seeds)")
-    axes[0].legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(METRICS),
-                   frameon=False)
+    axes[0].legend(
+        fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(METRICS), frameon=False
+    )
     axes[1].barh(y, [r.seconds_per_epoch or 0.0 for r in shown], color="gray")
     axes[1].set_xlabel("training s / epoch")
     axes[2].barh(y, [r.peak_mem_mib or 0.0 for r in shown], color="gray")
@@ -318,37 +403,56 @@ BENCH_NOTES = (
 
 
 def _last_line(text: str) -> str:
-    lines = [t.strip() for t in text.splitlines()
-             if t.strip() and not t.startswith("Set the environment")]
+    lines = [
+        t.strip()
+        for t in text.splitlines()
+        if t.strip() and not t.startswith("Set the environment")
+    ]
     return lines[-1] if lines else "?"
 
 
-def bench_markdown(results: Sequence[Any], command: str, preset: str, budget: Any, epochs: int,
-                   seeds: Sequence[int], data_note: str, total_seconds: float, machine: str,
-                   versions: str, when: str, ablation_base: Optional[str] = None) -> str:
+def bench_markdown(
+    results: Sequence[Any],
+    command: str,
+    preset: str,
+    budget: Any,
+    epochs: int,
+    seeds: Sequence[int],
+    data_note: str,
+    total_seconds: float,
+    machine: str,
+    versions: str,
+    when: str,
+    ablation_base: Optional[str] = None,
+) -> str:
     """The benchmark's ``results.md``: header, tables, the runs' overrides, notes."""
     rows = aggregate(results)
-    header = "\n".join([
-        "# attnce-bench results",
-        "",
-        f"- command: `{command}` (preset `{preset}`), {when}, total wall time "
-        f"{total_seconds / 60:.1f} min",
-        f"- machine: {machine}",
-        f"- software: {versions}",
-        f"- data: {data_note}",
-        f"- budget: {epochs} epochs (equal-epoch), batch {budget.batch_size}, seeds "
-        f"{', '.join(map(str, seeds))}; each run is a shipped config plus the overrides below "
-        "(its `config.yaml` and `command.sh` are in `runs/*/*/seed*/`)",
-    ])
+    header = "\n".join(
+        [
+            "# attnce-bench results",
+            "",
+            f"- command: `{command}` (preset `{preset}`), {when}, total wall time "
+            f"{total_seconds / 60:.1f} min",
+            f"- machine: {machine}",
+            f"- software: {versions}",
+            f"- data: {data_note}",
+            f"- budget: {epochs} epochs (equal-epoch), batch {budget.batch_size}, seeds "
+            f"{', '.join(map(str, seeds))}; each run is a shipped config plus the overrides below "
+            "(its `config.yaml` and `command.sh` are in `runs/*/*/seed*/`)",
+        ]
+    )
     notes = list(BENCH_NOTES)
     failed = [r for r in results if _get(r, "status") != "ok"]
     if failed:
-        notes.append("FAILED or skipped runs: " + "; ".join(
-            f"{_get(r, 'key')} ({_get(r, 'status')}: {_last_line(_get(r, 'error') or '')})"
-            for r in failed))
+        notes.append(
+            "FAILED or skipped runs: "
+            + "; ".join(
+                f"{_get(r, 'key')} ({_get(r, 'status')}: {_last_line(_get(r, 'error') or '')})"
+                for r in failed
+            )
+        )
     md = render_markdown(rows, header, [], ablation_base=ablation_base)
-    md += "\n" + overrides_section(results) + "\n## Notes\n\n" + "".join(
-        f"- {n}\n" for n in notes)
+    md += "\n" + overrides_section(results) + "\n## Notes\n\n" + "".join(f"- {n}\n" for n in notes)
     return md
 
 
@@ -369,8 +473,13 @@ def overrides_section(results: Sequence[Any]) -> str:
     if not seen:
         return ""
     common = set.intersection(*(set(o) for _, o in seen.values()))
-    out = ["## Configs", "", "Every run is `main_pretrain.py --config-path pkg://attnce_plugin.configs "
-           "--config-name <config> <overrides>`. Overrides of every run:", ""]
+    out = [
+        "## Configs",
+        "",
+        "Every run is `main_pretrain.py --config-path pkg://attnce_plugin.configs "
+        "--config-name <config> <overrides>`. Overrides of every run:",
+        "",
+    ]
     first = next(iter(seen.values()))[1]
     out += [f"    {o}" for o in first if o in common]
     out += ["", "| row | config | its own overrides |", "|---|---|---|"]
@@ -389,10 +498,12 @@ def write_bench_report(results: Sequence[Any], markdown: str, out: Path, title: 
     (out / "results.md").write_text(markdown)
     rows = aggregate(results)
     write_csvs(results, rows, out)
-    (out / "results.json").write_text(json.dumps(
-        [r if isinstance(r, dict) else asdict(r) for r in results], indent=2))
+    (out / "results.json").write_text(
+        json.dumps([r if isinstance(r, dict) else asdict(r) for r in results], indent=2)
+    )
     try:
         plot(rows, out / "results.png", title)
     except ImportError:
-        print("matplotlib is not installed: no results.png (pip install matplotlib)",
-              file=sys.stderr)
+        print(
+            "matplotlib is not installed: no results.png (pip install matplotlib)", file=sys.stderr
+        )

@@ -86,10 +86,15 @@ def config_digest(run: RunConfig) -> str:
     """Hash of a run's resolved config, its command line and the plugin's version, to tell whether
     a finished run can be reused: a version that changes the loss's arithmetic (even only its fp32
     rounding, which changes every trained number) does not reuse the runs of an older one."""
-    text = "\n".join([
-        f"attnce_plugin {attnce_plugin.__version__}", run.config_name, *run.overrides,
-        *run.hydra_overrides, OmegaConf.to_yaml(run.resolved, sort_keys=True),
-    ])
+    text = "\n".join(
+        [
+            f"attnce_plugin {attnce_plugin.__version__}",
+            run.config_name,
+            *run.overrides,
+            *run.hydra_overrides,
+            OmegaConf.to_yaml(run.resolved, sort_keys=True),
+        ]
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -215,8 +220,17 @@ def _error_tail(log: Path, lines: int = 15) -> str:
 
 def pretrain_command(main_pretrain: Path, run: RunConfig, passthrough: Sequence[str]) -> List[str]:
     """solo-learn's main_pretrain.py on the shipped config with the run's overrides."""
-    return [sys.executable, str(main_pretrain), "--config-path", CONFIG_ROOT,
-            "--config-name", run.config_name, *run.overrides, *run.hydra_overrides, *passthrough]
+    return [
+        sys.executable,
+        str(main_pretrain),
+        "--config-path",
+        CONFIG_ROOT,
+        "--config-name",
+        run.config_name,
+        *run.overrides,
+        *run.hydra_overrides,
+        *passthrough,
+    ]
 
 
 def _subprocess_env() -> Dict[str, str]:
@@ -229,9 +243,14 @@ def _subprocess_env() -> Dict[str, str]:
     return env
 
 
-def run_pretrain(spec: RunSpec, run: RunConfig, run_dir: Path, main_pretrain: Path,
-                 passthrough: Sequence[str] = (),
-                 on_epoch: Optional[Callable[[Dict[str, Any]], None]] = None) -> RunResult:
+def run_pretrain(
+    spec: RunSpec,
+    run: RunConfig,
+    run_dir: Path,
+    main_pretrain: Path,
+    passthrough: Sequence[str] = (),
+    on_epoch: Optional[Callable[[Dict[str, Any]], None]] = None,
+) -> RunResult:
     """Run main_pretrain.py for one spec and collect its timings, accuracies and memory.
 
     Args:
@@ -246,18 +265,28 @@ def run_pretrain(spec: RunSpec, run: RunConfig, run_dir: Path, main_pretrain: Pa
         "#!/bin/sh\n# Re-run this benchmark run by hand (from any folder):\n"
         f"cd {shlex.quote(str(run_dir))} && "
         f"PYTHONPATH={shlex.quote(str(PACKAGE_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}} "
-        + " ".join(shlex.quote(c) for c in cmd) + "\n"
+        + " ".join(shlex.quote(c) for c in cmd)
+        + "\n"
     )
-    result = RunResult(key=spec.key, label=spec.label, method=spec.method,
-                       comparison=spec.comparison, seed=spec.seed, epochs=spec.epochs,
-                       num_positives=spec.num_positives, matched_to=spec.matched_to,
-                       settings=dict(spec.settings), run_dir=str(run_dir))
+    result = RunResult(
+        key=spec.key,
+        label=spec.label,
+        method=spec.method,
+        comparison=spec.comparison,
+        seed=spec.seed,
+        epochs=spec.epochs,
+        num_positives=spec.num_positives,
+        matched_to=spec.matched_to,
+        settings=dict(spec.settings),
+        run_dir=str(run_dir),
+    )
     log_path = run_dir / "epochs.jsonl"
     seen = 0
     start = time.perf_counter()
     with open(run_dir / "train.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT,
-                                env=_subprocess_env())
+        proc = subprocess.Popen(
+            cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT, env=_subprocess_env()
+        )
         try:
             with TreeMemorySampler(proc.pid) as mem:
                 while proc.poll() is None:
@@ -288,7 +317,9 @@ def run_pretrain(spec: RunSpec, run: RunConfig, run_dir: Path, main_pretrain: Pa
         result.linear_acc1 = last.get("val_acc1")
     if proc.returncode != 0:
         result.status = "failed"
-        result.error = f"main_pretrain.py exited with {proc.returncode}:\n{_error_tail(run_dir / 'train.log')}"
+        result.error = (
+            f"main_pretrain.py exited with {proc.returncode}:\n{_error_tail(run_dir / 'train.log')}"
+        )
     elif result.epochs_done < spec.epochs:
         result.status = "failed"
         result.error = f"only {result.epochs_done} of {spec.epochs} epochs were logged"

@@ -19,7 +19,7 @@ The losses call :func:`prototype_attention`, which computes alpha and the protot
 batched matmuls, and :func:`fused_attention_nce`, which computes the negative similarities, beta and
 the log-sum-exp in one autograd node that writes into a handful of [n, N] buffers in place and keeps
 a single [n, N] tensor for backward (see ``docs/performance.md``). The same formulas written op by
-op, the readable definition the fast paths are tested against, are in ``tests/op_by_op.py``.
+op, the readable definition the fast paths are tested against, are in ``tests/helpers/op_by_op.py``.
 """
 
 from __future__ import annotations

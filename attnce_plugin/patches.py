@@ -367,4 +367,3 @@ def check_reliances() -> List[str]:
         if problem:
             problems.append(f"{rel.patch} relies on {rel.where} ({rel.what}): {problem}")
     return problems
-

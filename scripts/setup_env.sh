@@ -38,7 +38,7 @@ fi
 
 missing=$("$PY" -c "
 import importlib.util
-print(' '.join(m for m in ('pytest', 'matplotlib', 'tqdm') if importlib.util.find_spec(m) is None))")
+print(' '.join(m for m in ('pytest', 'matplotlib', 'tqdm', 'black', 'ruff') if importlib.util.find_spec(m) is None))")
 if [ -n "$missing" ]; then
   echo "[setup] installing $missing"
   pip_install $missing

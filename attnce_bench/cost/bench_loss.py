@@ -171,7 +171,8 @@ def make_calls(
 
     def ours_attn() -> Grads:
         loss, weights = attentionnce_loss_with_attention(
-            anchors, positives, indexes, temperature, d_pos, d_neg)
+            anchors, positives, indexes, temperature, d_pos, d_neg
+        )
         attention_stats(weights)
         return torch.autograd.grad(loss, [anchors, positives])
 
@@ -289,7 +290,9 @@ def loss_value_finite(
         return all(bool(torch.isfinite(g).all()) for g in grads)
 
     return {
-        "solo_simclr": check(lambda: simclr_loss_func(anchors, indexes.repeat(2), temperature), [anchors]),
+        "solo_simclr": check(
+            lambda: simclr_loss_func(anchors, indexes.repeat(2), temperature), [anchors]
+        ),
         "ours": check(
             lambda: attentionnce_loss_func(anchors, positives, indexes, temperature, 1.0, d_neg),
             [anchors, positives],
@@ -334,7 +337,9 @@ def op_count_table(
         calls = make_calls(batch, num_pos, dim, cpu, temperature, d_pos, d_neg)
         ops = {name: count_ops(call) for name, call in calls.items()}
         set_mask_path("pairs")
-        ops_pairs = count_ops(make_calls(batch, num_pos, dim, cpu, temperature, d_pos, d_neg)["ours"])
+        ops_pairs = count_ops(
+            make_calls(batch, num_pos, dim, cpu, temperature, d_pos, d_neg)["ours"]
+        )
     finally:
         head.DENSE_MASK_DEVICES, head.DENSE_MASK_MAX_ENTRIES = saved
     return [
@@ -364,23 +369,33 @@ def set_mask_path(mask: str) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--quick", action="store_true", help="small grid: B in {64, 256}, M in {1, 4}")
+    parser.add_argument(
+        "--quick", action="store_true", help="small grid: B in {64, 256}, M in {1, 4}"
+    )
     parser.add_argument("--batches", type=int, nargs="+", default=None, help="B values (images)")
     parser.add_argument("--views", type=int, nargs="+", default=None, help="M values (positives)")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.5)
     parser.add_argument("--d-pos", type=float, default=1.0)
     parser.add_argument("--d-neg", type=float, default=10.0)
-    parser.add_argument("--repeats", type=int, default=None, help="timed calls per loss (default: by B)")
     parser.add_argument(
-        "--threads", type=int, default=1,
+        "--repeats", type=int, default=None, help="timed calls per loss (default: by B)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
         help="CPU threads (default 1: on a shared machine a 2-thread OpenMP barrier stalls whenever "
         "another process holds a core, which swamps the comparison; 0 = torch's default)",
     )
     parser.add_argument(
-        "--mask", choices=["auto", "dense", "pairs"], default="auto",
+        "--mask",
+        choices=["auto", "dense", "pairs"],
+        default="auto",
         help="how `ours` marks its non-negatives: auto = as the library chooses (dense [n, N] mask "
         "on CUDA and up to DENSE_MASK_MAX_ENTRIES, index pairs above it on the CPU); dense or "
         "pairs forces one path on every device",
@@ -411,7 +426,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(text, flush=True)
         lines.append(text)
 
-    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    dev_name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or "cpu"
+    )
     emit(f"<!-- bench_loss.py {' '.join(sys.argv[1:])} -->")
     emit(
         f"device: {device.type} ({dev_name}), torch {torch.__version__}, threads "
@@ -425,7 +444,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     start_all = time.perf_counter()
     for batch in batches:
         for num_pos in views:
-            calls = make_calls(batch, num_pos, args.dim, device, args.temperature, args.d_pos, args.d_neg)
+            calls = make_calls(
+                batch, num_pos, args.dim, device, args.temperature, args.d_pos, args.d_neg
+            )
             times = time_interleaved(calls, repeats_for(batch), device)
             mems = {name: peak_bytes(call, device) for name, call in calls.items()}
             t, m = times, mems
@@ -446,30 +467,45 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f"**{_ratio(t['ours_moco'], t['solo_mocov3'])}** | {_mb(m['solo_mocov3'])} | "
                 f"{_mb(m['ours_moco'])} | {_ratio(m['ours_moco'], m['solo_mocov3'])} |"
             )
-            print(f"  [done B={batch} M={num_pos} at {time.perf_counter() - start_all:.0f}s]", file=sys.stderr)
+            print(
+                f"  [done B={batch} M={num_pos} at {time.perf_counter() - start_all:.0f}s]",
+                file=sys.stderr,
+            )
             del calls
             if device.type == "cuda":
                 torch.cuda.empty_cache()
 
     emit("### SimCLR form: forward+backward time (ms, median)")
     emit()
-    emit("solo_simclr gets the 2 anchor views only (z [2B, d]); the others also get M positives [B, M, d].")
+    emit(
+        "solo_simclr gets the 2 anchor views only (z [2B, d]); the others also get M positives [B, M, d]."
+    )
     emit()
-    emit("| B | M | solo_simclr | ours | ours+attn | authors | ours / solo | ours+attn / solo | ours / authors |")
+    emit(
+        "| B | M | solo_simclr | ours | ours+attn | authors | ours / solo | ours+attn / solo | ours / authors |"
+    )
     emit("|---|---|---|---|---|---|---|---|---|")
     for row in time_rows:
         emit(row)
     emit()
-    emit(f"### SimCLR form: peak memory of one forward+backward (MiB, {'max_memory_allocated' if device.type == 'cuda' else 'profiler allocation events'})")
+    emit(
+        f"### SimCLR form: peak memory of one forward+backward (MiB, {'max_memory_allocated' if device.type == 'cuda' else 'profiler allocation events'})"
+    )
     emit()
-    emit("| B | M | solo_simclr | ours | ours+attn | authors | ours / solo | ours+attn / solo | ours / authors |")
+    emit(
+        "| B | M | solo_simclr | ours | ours+attn | authors | ours / solo | ours+attn / solo | ours / authors |"
+    )
     emit("|---|---|---|---|---|---|---|---|---|")
     for row in mem_rows:
         emit(row)
     emit()
-    emit("### MoCo v3 form: one loss call (q [B, d] against gathered keys), time (ms) and peak memory (MiB)")
+    emit(
+        "### MoCo v3 form: one loss call (q [B, d] against gathered keys), time (ms) and peak memory (MiB)"
+    )
     emit()
-    emit("| B | M | solo_mocov3 ms | ours_moco ms | time ratio | solo_mocov3 MiB | ours_moco MiB | memory ratio |")
+    emit(
+        "| B | M | solo_mocov3 ms | ours_moco ms | time ratio | solo_mocov3 MiB | ours_moco MiB | memory ratio |"
+    )
     emit("|---|---|---|---|---|---|---|---|")
     for row in moco_rows:
         emit(row)
@@ -487,7 +523,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"{'yes' if ok['authors'] else 'NO'} | {'yes' if ok['ours_moco'] else 'NO'} |"
         )
     emit()
-    for line in op_count_table(batches[0], views[-1], args.dim, args.temperature, args.d_pos, args.d_neg):
+    for line in op_count_table(
+        batches[0], views[-1], args.dim, args.temperature, args.d_pos, args.d_neg
+    ):
         emit(line)
     emit()
     emit(f"total wall time {time.perf_counter() - start_all:.0f} s")

@@ -56,10 +56,10 @@ warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
-
-import attnce_plugin  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 from solo.utils.lars import LARS  # noqa: E402
+
+import attnce_plugin  # noqa: E402
 
 attnce_plugin.register()  # the plugin's methods into solo.methods.METHODS
 
@@ -67,7 +67,13 @@ attnce_plugin.register()  # the plugin's methods into solo.methods.METHODS
 # resolution reads crop_size and num_crops of every pipeline.
 _PIPELINE_TEMPLATE: Dict[str, Any] = {
     "rrc": {"enabled": True, "crop_min_scale": 0.08, "crop_max_scale": 1.0},
-    "color_jitter": {"prob": 0.8, "brightness": 0.4, "contrast": 0.4, "saturation": 0.2, "hue": 0.1},
+    "color_jitter": {
+        "prob": 0.8,
+        "brightness": 0.4,
+        "contrast": 0.4,
+        "saturation": 0.2,
+        "hue": 0.1,
+    },
     "grayscale": {"prob": 0.2},
     "gaussian_blur": {"prob": 0.0},
     "solarization": {"prob": 0.0},
@@ -132,7 +138,12 @@ def make_cfg(
 
 SIMCLR_KW = {"proj_hidden_dim": 2048, "proj_output_dim": 128, "temperature": 0.5}
 ATTNCE_KW = {**SIMCLR_KW, "d_pos": 1.0, "d_neg": 10.0}
-MOCO_KW = {"proj_hidden_dim": 2048, "proj_output_dim": 256, "pred_hidden_dim": 2048, "temperature": 0.2}
+MOCO_KW = {
+    "proj_hidden_dim": 2048,
+    "proj_output_dim": 256,
+    "pred_hidden_dim": 2048,
+    "temperature": 0.2,
+}
 MOCO_ATTNCE_KW = {**MOCO_KW, "loss": "attentionnce", "d_pos": 1.0, "d_neg": 10.0}
 
 
@@ -153,8 +164,15 @@ class StepRunner:
         self.model = cls(cfg).to(device)
         self.model.train()
         params = [p for group in self.model.learnable_params for p in group["params"]]
-        self.optimizer = LARS(params, lr=0.1, momentum=0.9, weight_decay=1e-5, eta=0.02, clip_lr=True,
-                              exclude_bias_n_norm=True)
+        self.optimizer = LARS(
+            params,
+            lr=0.1,
+            momentum=0.9,
+            weight_decay=1e-5,
+            eta=0.02,
+            clip_lr=True,
+            exclude_bias_n_norm=True,
+        )
         gen = torch.Generator().manual_seed(seed)
         crops = [torch.randn(batch_size, 3, s, s, generator=gen).to(device) for s in crop_sizes]
         indexes = torch.arange(batch_size, device=device)
@@ -193,36 +211,101 @@ def build_runners(
     Spec = Tuple[str, str, Dict[str, Any], List[Tuple[int, int]], bool, float, float, str]
     specs: List[Spec] = [
         ("simclr", "simclr", SIMCLR_KW, [(size, 2)], False, 1.0, 1.0, "simclr"),
-        (f"attentionnce M={m} full ({size} px)", "attentionnce", attn_kw, full_crops, False, views,
-         views, "simclr"),
-        (f"attentionnce M={m} small ({small} px)", "attentionnce", attn_kw, small_crops, False, views,
-         pixel_ratio, "simclr"),
+        (
+            f"attentionnce M={m} full ({size} px)",
+            "attentionnce",
+            attn_kw,
+            full_crops,
+            False,
+            views,
+            views,
+            "simclr",
+        ),
+        (
+            f"attentionnce M={m} small ({small} px)",
+            "attentionnce",
+            attn_kw,
+            small_crops,
+            False,
+            views,
+            pixel_ratio,
+            "simclr",
+        ),
         ("mocov3", "mocov3", MOCO_KW, [(size, 2)], True, 1.0, 1.0, "mocov3"),
-        (f"mocov3_attentionnce M={m} full ({size} px)", "mocov3_attentionnce", moco_attn_kw,
-         full_crops, True, views, views, "mocov3"),
+        (
+            f"mocov3_attentionnce M={m} full ({size} px)",
+            "mocov3_attentionnce",
+            moco_attn_kw,
+            full_crops,
+            True,
+            views,
+            views,
+            "mocov3",
+        ),
     ]
     if args.batched_positives:
         specs += [
-            (f"attentionnce M={m} full, batched", "attentionnce", {**attn_kw, **batched_kw},
-             full_crops, False, views, views, "simclr"),
-            (f"attentionnce M={m} small, batched", "attentionnce", {**attn_kw, **batched_kw},
-             small_crops, False, views, pixel_ratio, "simclr"),
-            (f"mocov3_attentionnce M={m} full, batched", "mocov3_attentionnce",
-             {**moco_attn_kw, **batched_kw}, full_crops, True, views, views, "mocov3"),
+            (
+                f"attentionnce M={m} full, batched",
+                "attentionnce",
+                {**attn_kw, **batched_kw},
+                full_crops,
+                False,
+                views,
+                views,
+                "simclr",
+            ),
+            (
+                f"attentionnce M={m} small, batched",
+                "attentionnce",
+                {**attn_kw, **batched_kw},
+                small_crops,
+                False,
+                views,
+                pixel_ratio,
+                "simclr",
+            ),
+            (
+                f"mocov3_attentionnce M={m} full, batched",
+                "mocov3_attentionnce",
+                {**moco_attn_kw, **batched_kw},
+                full_crops,
+                True,
+                views,
+                views,
+                "mocov3",
+            ),
         ]
     if args.compile:
         compiled_kw = {"compile": True}
         specs += [
-            (f"attentionnce M={m} full, compiled", "attentionnce", {**attn_kw, **compiled_kw},
-             full_crops, False, views, views, "simclr"),
-            (f"attentionnce M={m} small, batched, compiled", "attentionnce",
-             {**attn_kw, **batched_kw, **compiled_kw}, small_crops, False, views, pixel_ratio,
-             "simclr"),
+            (
+                f"attentionnce M={m} full, compiled",
+                "attentionnce",
+                {**attn_kw, **compiled_kw},
+                full_crops,
+                False,
+                views,
+                views,
+                "simclr",
+            ),
+            (
+                f"attentionnce M={m} small, batched, compiled",
+                "attentionnce",
+                {**attn_kw, **batched_kw, **compiled_kw},
+                small_crops,
+                False,
+                views,
+                pixel_ratio,
+                "simclr",
+            ),
         ]
     runners = {}
     for name, method, kwargs, crops, momentum, view_ratio, pix_ratio, ref in specs:
         accelerator = "gpu" if device.type == "cuda" else "cpu"
-        cfg = make_cfg(method, dict(kwargs), crops, args.batch_size, args.dataset, momentum, accelerator)
+        cfg = make_cfg(
+            method, dict(kwargs), crops, args.batch_size, args.dataset, momentum, accelerator
+        )
         sizes = [s for s, n in crops for _ in range(n)]
         runner = StepRunner(cfg, sizes, args.batch_size, device, args.seed)
         runners[name] = (runner, view_ratio, pix_ratio, ref)
@@ -230,32 +313,43 @@ def build_runners(
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--size", type=int, default=32, help="anchor crop size (px)")
     parser.add_argument("--small-size", type=int, default=16, help="small positive crop size (px)")
     parser.add_argument("--num-positives", type=int, default=4, help="M")
-    parser.add_argument("--dataset", default="custom", help="custom (ImageNet stem) or cifar10 (CIFAR stem)")
+    parser.add_argument(
+        "--dataset", default="custom", help="custom (ImageNet stem) or cifar10 (CIFAR stem)"
+    )
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument(
-        "--threads", type=int, default=1,
+        "--threads",
+        type=int,
+        default=1,
         help="CPU threads (default 1: on a shared machine a 2-thread OpenMP barrier stalls whenever "
         "another process holds a core; 0 = torch's default)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--no-batched-positives", dest="batched_positives", action="store_false",
+        "--no-batched-positives",
+        dest="batched_positives",
+        action="store_false",
         help="skip the rows with method_kwargs.batch_positives: true",
     )
     parser.add_argument(
-        "--attention-log-every", type=int, default=10,
+        "--attention-log-every",
+        type=int,
+        default=10,
         help="method_kwargs.attention_log_every of the AttentionNCE rows (default 10, the methods' "
         "default; 1 = diagnostics every step)",
     )
     parser.add_argument(
-        "--compile", action="store_true",
+        "--compile",
+        action="store_true",
         help="add rows with method_kwargs.compile: true (torch.compile; compiled during warm-up, "
         "which takes about a minute per model and crop size on a small CPU)",
     )

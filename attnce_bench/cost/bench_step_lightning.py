@@ -122,14 +122,14 @@ def make_timer(device: torch.device) -> Any:
 
 def build_method(spec: Spec, args: argparse.Namespace, train_path: str) -> Tuple[Any, Any]:
     """The method as main_pretrain.py builds it from the shipped config; returns (model, cfg)."""
-    from omegaconf import OmegaConf
-
-    import attnce_plugin
     import solo.args.pretrain as solo_pretrain_args
-    from attnce_bench.compose import compose
-    from attnce_plugin.patches import wrap_pretrain_parse_cfg
+    from omegaconf import OmegaConf
     from solo.methods import METHODS
     from solo.utils.misc import make_contiguous
+
+    import attnce_plugin
+    from attnce_bench.compose import compose
+    from attnce_plugin.patches import wrap_pretrain_parse_cfg
 
     attnce_plugin.register()
     cuda = args.device == "cuda"

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from attnce_plugin.attention import attention_stats
-from attnce_plugin.losses import attentionnce_loss_func, attentionnce_loss_with_attention
+from attnce_plugin.losses import attentionnce_loss_with_attention
 from attnce_plugin.representation import (
     alignment,
     covariance_spectrum,
@@ -37,12 +37,14 @@ from attnce_plugin.representation import (
 )
 
 
-def _case(anchors: torch.Tensor, positives: torch.Tensor, d_pos: float, d_neg: float,
-          tau: float) -> Dict[str, float]:
+def _case(
+    anchors: torch.Tensor, positives: torch.Tensor, d_pos: float, d_neg: float, tau: float
+) -> Dict[str, float]:
     """Stats of one loss call; anchors [2b, d] view-major, positives [b, M, d]."""
     b = positives.shape[0]
-    loss, weights = attentionnce_loss_with_attention(anchors, positives, torch.arange(b), tau,
-                                                     d_pos, d_neg)
+    loss, weights = attentionnce_loss_with_attention(
+        anchors, positives, torch.arange(b), tau, d_pos, d_neg
+    )
     stats = {k: float(v) for k, v in attention_stats(weights).items()}
     k = 2 * b - 2
     stats.update(
@@ -93,18 +95,36 @@ def main(argv: Optional[List[str]] = None) -> None:
         ("collapsed, d_pos=1, d_neg=10", coll_a, coll_p, 1.0, 10.0),
         ("2-dim collapse, d_pos=1, d_neg=10", dim_a, dim_p, 1.0, 10.0),
     ]
-    cols = ["eff_num_positives", "alpha_entropy", "max_beta", "eff_num_negatives", "loss",
-            "mi_bound", "alignment", "uniformity", "eff_rank", "variance"]
-    print(f"B = {b} images, M = {m}, K = 2B - 2 = {2 * b - 2} negatives per anchor, d = {d}, "
-          f"tau = {args.tau}, seed {args.seed}; log M = {math.log(m):.4f}, "
-          f"1 + K * 1e-6 = {1 + (2 * b - 2) * 1e-6:.6f}, log(K + 1) = {math.log(2 * b - 1):.4f}")
+    cols = [
+        "eff_num_positives",
+        "alpha_entropy",
+        "max_beta",
+        "eff_num_negatives",
+        "loss",
+        "mi_bound",
+        "alignment",
+        "uniformity",
+        "eff_rank",
+        "variance",
+    ]
+    print(
+        f"B = {b} images, M = {m}, K = 2B - 2 = {2 * b - 2} negatives per anchor, d = {d}, "
+        f"tau = {args.tau}, seed {args.seed}; log M = {math.log(m):.4f}, "
+        f"1 + K * 1e-6 = {1 + (2 * b - 2) * 1e-6:.6f}, log(K + 1) = {math.log(2 * b - 1):.4f}"
+    )
     print()
     print("| case | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
     for name, a, pos, d_pos, d_neg in cases:
         s = _case(a, pos, d_pos, d_neg, args.tau)
-        cells = [f"{s[c]:.6f}" if c == "max_beta" else f"{s[c]:.3g}" if c == "variance"
-                 else f"{s[c]:.4f}" for c in cols]
+        cells = [
+            (
+                f"{s[c]:.6f}"
+                if c == "max_beta"
+                else f"{s[c]:.3g}" if c == "variance" else f"{s[c]:.4f}"
+            )
+            for c in cols
+        ]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 

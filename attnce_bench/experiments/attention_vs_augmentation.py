@@ -39,14 +39,19 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-
 from attnce_plugin.attention import positive_attention  # noqa: E402
 
 #: Form of each supported method: which networks give the anchor and the positives.
 FORMS = {"attentionnce": "simclr", "simclr": "simclr", "mocov3_attentionnce": "moco"}
 #: Photometric settings of a solo-learn pipeline that ``--probe-photometric none`` switches off.
-PHOTOMETRIC = ("color_jitter", "grayscale", "gaussian_blur", "solarization", "equalization",
-               "horizontal_flip")
+PHOTOMETRIC = (
+    "color_jitter",
+    "grayscale",
+    "gaussian_blur",
+    "solarization",
+    "equalization",
+    "horizontal_flip",
+)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -60,10 +65,18 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--num-positives", type=int, help="M (default: the checkpoint's)")
     p.add_argument("--repeats", type=int, default=2, help="random draws per image")
     p.add_argument("--d-pos", type=float, help="attention scale (default: the checkpoint's)")
-    p.add_argument("--reference-aug", choices=("checkpoint", "standard"), default="checkpoint",
-                   help="checkpoint: the run's positive pipelines; standard: RRC(0.08, 1) + flip")
-    p.add_argument("--probe-photometric", choices=("same", "none"), default="same",
-                   help="same: the references' colour/blur/flip recipe; none: crop only")
+    p.add_argument(
+        "--reference-aug",
+        choices=("checkpoint", "standard"),
+        default="checkpoint",
+        help="checkpoint: the run's positive pipelines; standard: RRC(0.08, 1) + flip",
+    )
+    p.add_argument(
+        "--probe-photometric",
+        choices=("same", "none"),
+        default="same",
+        help="same: the references' colour/blur/flip recipe; none: crop only",
+    )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64, help="(image, repeat) draws per batch")
@@ -78,8 +91,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     if not args.scales or not all(0.0 < s <= 1.0 for s in args.scales):
         p.error(f"--scales must be numbers in (0, 1] (area fractions), got {args.scales}")
     if args.num_positives is not None and args.num_positives < 2:
-        p.error(f"--num-positives must be >= 2, got {args.num_positives}: with M = 1 the probe is "
-                "the only positive and its alpha is 1 whatever the crop")
+        p.error(
+            f"--num-positives must be >= 2, got {args.num_positives}: with M = 1 the probe is "
+            "the only positive and its alpha is 1 whatever the crop"
+        )
     for flag in ("num_images", "repeats", "batch_size"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
@@ -88,27 +103,38 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     if args.d_pos is not None and not (math.isfinite(args.d_pos) and args.d_pos > 0):
         p.error(f"--d-pos must be a finite number > 0, got {args.d_pos}")
     args.args = args.args or args.ckpt.parent / "args.json"
-    for flag, path, kind in (("--ckpt", args.ckpt, "file"), ("--args", args.args, "file"),
-                             ("--data", args.data, "dir")):
+    for flag, path, kind in (
+        ("--ckpt", args.ckpt, "file"),
+        ("--args", args.args, "file"),
+        ("--data", args.data, "dir"),
+    ):
         if not (path.is_file() if kind == "file" else path.is_dir()):
-            p.error(f"{flag}: no {kind} at {path}" + (" (pass --args PATH)" if flag == "--args" else ""))
+            p.error(
+                f"{flag}: no {kind} at {path}" + (" (pass --args PATH)" if flag == "--args" else "")
+            )
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device}: CUDA is not available here; use --device cpu")
     run = json.loads(args.args.read_text())
     method = run.get("method")
     if method not in FORMS:
-        p.error(f"--ckpt is a {method!r} checkpoint; allowed methods: {sorted(FORMS)} (others have "
-                "no positive attention to measure)")
+        p.error(
+            f"--ckpt is a {method!r} checkpoint; allowed methods: {sorted(FORMS)} (others have "
+            "no positive attention to measure)"
+        )
     if method == "simclr" and args.d_pos is None:
-        p.error("--d-pos is required for a simclr checkpoint (it has no positive attention; the "
-                "result is what AttentionNCE's attention would give on a SimCLR encoder)")
+        p.error(
+            "--d-pos is required for a simclr checkpoint (it has no positive attention; the "
+            "result is what AttentionNCE's attention would give on a SimCLR encoder)"
+        )
     args.run, args.method, args.form = run, method, FORMS[method]
     crops = [a for a in run["augmentations"] for _ in range(int(a["num_crops"]))]
     if args.num_positives is None:
         args.num_positives = len(crops) - 2
         if args.num_positives < 2:
-            p.error(f"--num-positives is required: the checkpoint has {len(crops) - 2} positive "
-                    "crop(s) and M must be >= 2")
+            p.error(
+                f"--num-positives is required: the checkpoint has {len(crops) - 2} positive "
+                "crop(s) and M must be >= 2"
+            )
     if args.d_pos is None:
         args.d_pos = float(run["method_kwargs"]["d_pos"])
     return args
@@ -131,8 +157,11 @@ def pipeline_configs(run: Dict[str, Any], num_positives: int, reference: str) ->
             cfg.rrc = {"enabled": True, "crop_min_scale": 0.08, "crop_max_scale": 1.0}
             for key in PHOTOMETRIC:
                 cfg[key] = {**cfg.get(key, {}), "prob": 0.5 if key == "horizontal_flip" else 0.0}
-    return {"anchor": OmegaConf.create(crops[0]), "other": OmegaConf.create(crops[1]),
-            "positives": slots}
+    return {
+        "anchor": OmegaConf.create(crops[0]),
+        "other": OmegaConf.create(crops[1]),
+        "positives": slots,
+    }
 
 
 def probe_config(slot: Any, scale: float, photometric: str) -> Any:
@@ -150,8 +179,9 @@ class ProbeViews(torch.utils.data.Dataset):
     ``other`` (2nd anchor view, only if its transform is given), ``refs`` (list of M - 1) and
     ``probes`` (list, one per scale)."""
 
-    def __init__(self, images: Any, subset: List[int], repeats: int, seed: int,
-                 transforms: Dict[str, Any]) -> None:
+    def __init__(
+        self, images: Any, subset: List[int], repeats: int, seed: int, transforms: Dict[str, Any]
+    ) -> None:
         self.images, self.subset, self.repeats, self.seed = images, subset, repeats, seed
         self.t = transforms
 
@@ -190,12 +220,16 @@ def load_model(run: Dict[str, Any], ckpt: Path, device: torch.device) -> torch.n
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     missing, unexpected = model.load_state_dict(state.get("state_dict", state), strict=False)
     if missing or unexpected:
-        raise SystemExit(f"{ckpt}: weights do not fit the {run['method']} model of its args.json: "
-                         f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise SystemExit(
+            f"{ckpt}: weights do not fit the {run['method']} model of its args.json: "
+            f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     return model.to(device).eval()
 
 
-def _embed(fn: Callable[[torch.Tensor], torch.Tensor], views: List[torch.Tensor]) -> List[torch.Tensor]:
+def _embed(
+    fn: Callable[[torch.Tensor], torch.Tensor], views: List[torch.Tensor]
+) -> List[torch.Tensor]:
     """``fn`` on each [b, 3, h, w] of ``views``, one call per distinct shape (fewer, fuller
     batches; eval-mode BatchNorm makes the outputs independent of batching)."""
     out: List[Optional[torch.Tensor]] = [None] * len(views)
@@ -207,8 +241,9 @@ def _embed(fn: Callable[[torch.Tensor], torch.Tensor], views: List[torch.Tensor]
 
 
 @torch.no_grad()
-def encode(model: Any, form: str, mean_anchor: bool, batch: Dict[str, Any],
-           device: torch.device) -> Dict[str, Any]:
+def encode(
+    model: Any, form: str, mean_anchor: bool, batch: Dict[str, Any], device: torch.device
+) -> Dict[str, Any]:
     """Embeddings of one batch of b draws: ``anchor`` [b, d], ``refs`` [b, R, d] (MoCo: the other
     anchor view's key first, as in the loss; R = P - 1), ``probes`` list of [b, d]."""
     other = [batch["other"]] if "other" in batch else []
@@ -221,14 +256,15 @@ def encode(model: Any, form: str, mean_anchor: bool, batch: Dict[str, Any],
     else:
         anchor = model(batch["anchor"].to(device))["z"]
         keys = _embed(lambda x: model.multicrop_forward(x)["z"], views)
-        refs = keys[len(other):refs_end]
+        refs = keys[len(other) : refs_end]
         if mean_anchor:  # AttentionNCE*: mean of the 2 anchor views' unit projections
             anchor = (F.normalize(anchor, dim=-1) + F.normalize(keys[0], dim=-1)) / 2
     return {"anchor": anchor, "refs": torch.stack(refs, dim=1), "probes": keys[refs_end:]}
 
 
-def probe_attention(anchor: torch.Tensor, refs: torch.Tensor, probe: torch.Tensor,
-                    d_pos: float) -> Dict[str, torch.Tensor]:
+def probe_attention(
+    anchor: torch.Tensor, refs: torch.Tensor, probe: torch.Tensor, d_pos: float
+) -> Dict[str, torch.Tensor]:
     """The probe positive's attention among the P = R + 1 positives of each anchor.
 
     Args:
@@ -249,10 +285,14 @@ def probe_attention(anchor: torch.Tensor, refs: torch.Tensor, probe: torch.Tenso
     sims = (a.unsqueeze(1) * cands).sum(dim=-1)  # [n, P], as in the loss
     alpha = positive_attention(sims, d_pos)
     probe_alpha = alpha[:, -1]
-    return {"alpha": probe_alpha, "alpha_p": probe_alpha * alpha.shape[1],
-            "cos_anchor_probe": sims[:, -1], "cos_anchor_refs": sims[:, :-1].mean(dim=1),
-            "cos_probe_refs": (r * pr.unsqueeze(1)).sum(dim=-1).mean(dim=1),
-            "lowest": (probe_alpha <= alpha[:, :-1].min(dim=1).values).float()}
+    return {
+        "alpha": probe_alpha,
+        "alpha_p": probe_alpha * alpha.shape[1],
+        "cos_anchor_probe": sims[:, -1],
+        "cos_anchor_refs": sims[:, :-1].mean(dim=1),
+        "cos_probe_refs": (r * pr.unsqueeze(1)).sum(dim=-1).mean(dim=1),
+        "lowest": (probe_alpha <= alpha[:, :-1].min(dim=1).values).float(),
+    }
 
 
 def summarise(values: Dict[str, torch.Tensor], scales: Sequence[float]) -> List[Dict[str, float]]:
@@ -269,13 +309,33 @@ def summarise(values: Dict[str, torch.Tensor], scales: Sequence[float]) -> List[
 
 def markdown(rows: List[Dict[str, float]], header: List[str]) -> str:
     """The results as a markdown table under ``header`` lines."""
-    cols = ("scale", "alpha", "alpha_p", "alpha_p_std", "alpha_p_stderr", "cos_anchor_probe",
-            "cos_anchor_refs", "cos_probe_refs", "lowest")
-    names = ("scale", "alpha_probe", "alpha*P", "std", "stderr", "cos(anchor,probe)",
-             "cos(anchor,refs)", "cos(probe,refs)", "frac lowest")
+    cols = (
+        "scale",
+        "alpha",
+        "alpha_p",
+        "alpha_p_std",
+        "alpha_p_stderr",
+        "cos_anchor_probe",
+        "cos_anchor_refs",
+        "cos_probe_refs",
+        "lowest",
+    )
+    names = (
+        "scale",
+        "alpha_probe",
+        "alpha*P",
+        "std",
+        "stderr",
+        "cos(anchor,probe)",
+        "cos(anchor,refs)",
+        "cos(probe,refs)",
+        "frac lowest",
+    )
     lines = header + ["", "| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
-    lines += ["| " + " | ".join(f"{r[c]:.4g}" if c == "scale" else f"{r[c]:.4f}" for c in cols)
-              + " |" for r in rows]
+    lines += [
+        "| " + " | ".join(f"{r[c]:.4g}" if c == "scale" else f"{r[c]:.4f}" for c in cols) + " |"
+        for r in rows
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -287,11 +347,20 @@ def write_plot(rows: List[Dict[str, float]], title: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.errorbar([r["scale"] for r in rows], [r["alpha_p"] for r in rows],
-                yerr=[r["alpha_p_stderr"] for r in rows], marker="o", capsize=3)
+    ax.errorbar(
+        [r["scale"] for r in rows],
+        [r["alpha_p"] for r in rows],
+        yerr=[r["alpha_p_stderr"] for r in rows],
+        marker="o",
+        capsize=3,
+    )
     ax.axhline(1.0, ls="--", c="grey", lw=1, label="uniform")
-    ax.set(xscale="log", xlabel="probe RandomResizedCrop scale (area fraction)",
-           ylabel="alpha_probe * P", title=title)
+    ax.set(
+        xscale="log",
+        xlabel="probe RandomResizedCrop scale (area fraction)",
+        ylabel="alpha_probe * P",
+        title=title,
+    )
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -302,17 +371,28 @@ def describe(args: argparse.Namespace, probe_size: int, argv: Optional[Sequence[
     """Header lines of the table: command, checkpoint, M / P / d_pos / images, the view recipes."""
     run, num_p = args.run, args.num_positives + (1 if args.form == "moco" else 0)
     cli = [Path(__file__).as_posix(), *(sys.argv[1:] if argv is None else argv)]
-    refs = (f"{args.num_positives - 1} from the checkpoint's positive pipeline(s)"
-            if args.reference_aug == "checkpoint"
-            else f"{args.num_positives - 1} standard RRC scale (0.08, 1) + flip, no colour")
+    refs = (
+        f"{args.num_positives - 1} from the checkpoint's positive pipeline(s)"
+        if args.reference_aug == "checkpoint"
+        else f"{args.num_positives - 1} standard RRC scale (0.08, 1) + flip, no colour"
+    )
     if args.form == "moco":
         refs = "the other anchor view's momentum key (2nd anchor pipeline), then " + refs
-    label = " (what AttentionNCE's attention would give on a SimCLR encoder)" \
-        if args.method == "simclr" else ""
-    note = " NOTE: trained with loss=mocov3, attention unused in training" \
-        if run["method_kwargs"].get("loss") == "mocov3" else ""
-    recipe = ("the references' colour/blur/flip recipe" if args.probe_photometric == "same"
-              else "no colour, blur or flip")
+    label = (
+        " (what AttentionNCE's attention would give on a SimCLR encoder)"
+        if args.method == "simclr"
+        else ""
+    )
+    note = (
+        " NOTE: trained with loss=mocov3, attention unused in training"
+        if run["method_kwargs"].get("loss") == "mocov3"
+        else ""
+    )
+    recipe = (
+        "the references' colour/blur/flip recipe"
+        if args.probe_photometric == "same"
+        else "no colour, blur or flip"
+    )
     return [
         f"# Positive attention vs probe crop scale: {args.method}{label}",
         "",
@@ -327,7 +407,9 @@ def describe(args: argparse.Namespace, probe_size: int, argv: Optional[Sequence[
     ]
 
 
-def write_outputs(out: Path, table: str, rows: List[Dict[str, float]], meta: Dict[str, Any]) -> None:
+def write_outputs(
+    out: Path, table: str, rows: List[Dict[str, float]], meta: Dict[str, Any]
+) -> None:
     """table.md, results.csv, results.json and plot.png in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table)
@@ -336,8 +418,11 @@ def write_outputs(out: Path, table: str, rows: List[Dict[str, float]], meta: Dic
         writer.writeheader()
         writer.writerows(rows)
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    write_plot(rows, f"{meta['method']}, M={meta['num_positives']}, d_pos={meta['d_pos']:g}",
-               out / "plot.png")
+    write_plot(
+        rows,
+        f"{meta['method']}, M={meta['num_positives']}, d_pos={meta['d_pos']:g}",
+        out / "plot.png",
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> List[Dict[str, float]]:
@@ -349,8 +434,10 @@ def main(argv: Optional[Sequence[str]] = None) -> List[Dict[str, float]]:
     run, device = args.run, torch.device(args.device)
     images = ImageFolder(str(args.data))
     if args.num_images > len(images):
-        raise SystemExit(f"--num-images must be <= {len(images)} (the images in {args.data}), "
-                         f"got {args.num_images}")
+        raise SystemExit(
+            f"--num-images must be <= {len(images)} (the images in {args.data}), "
+            f"got {args.num_images}"
+        )
     g = torch.Generator().manual_seed(args.seed)
     subset = sorted(torch.randperm(len(images), generator=g)[: args.num_images].tolist())
 
@@ -358,19 +445,25 @@ def main(argv: Optional[Sequence[str]] = None) -> List[Dict[str, float]]:
     mean_anchor = run["method_kwargs"].get("anchor") == "mean"
 
     def build(cfg: Any) -> Callable:
-        return build_transform_pipeline(run["data"]["dataset"], cfg)  # solo's own, same normalisation
+        return build_transform_pipeline(
+            run["data"]["dataset"], cfg
+        )  # solo's own, same normalisation
 
     transforms = {
         "anchor": build(pipes["anchor"]),
         # The 2nd anchor view is needed only where the loss uses it: MoCo's key, the mean anchor.
         "other": build(pipes["other"]) if args.form == "moco" or mean_anchor else None,
         "refs": [build(c) for c in pipes["positives"][:-1]],
-        "probes": [build(probe_config(pipes["positives"][-1], s, args.probe_photometric))
-                   for s in args.scales],
+        "probes": [
+            build(probe_config(pipes["positives"][-1], s, args.probe_photometric))
+            for s in args.scales
+        ],
     }
     loader = torch.utils.data.DataLoader(
         ProbeViews(images, subset, args.repeats, args.seed, transforms),
-        batch_size=args.batch_size, num_workers=args.num_workers)
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+    )
     model = load_model(run, args.ckpt, device)
 
     per_draw: Dict[str, List[torch.Tensor]] = {}
@@ -381,16 +474,34 @@ def main(argv: Optional[Sequence[str]] = None) -> List[Dict[str, float]]:
                 per_draw.setdefault(k, []).append(v.cpu())
     num_s = len(args.scales)
     # [num_batches * S] chunks of [b] -> [N * R, S], draws in item order -> mean over repeats.
-    values = {k: torch.stack([torch.cat(v[j::num_s]) for j in range(num_s)], dim=1)
-              .view(args.num_images, args.repeats, num_s).mean(dim=1) for k, v in per_draw.items()}
+    values = {
+        k: torch.stack([torch.cat(v[j::num_s]) for j in range(num_s)], dim=1)
+        .view(args.num_images, args.repeats, num_s)
+        .mean(dim=1)
+        for k, v in per_draw.items()
+    }
     rows = summarise(values, args.scales)
 
     table = markdown(rows, describe(args, int(pipes["positives"][-1].crop_size), argv))
     print(table)
-    meta = {k: getattr(args, k) for k in ("method", "num_positives", "d_pos", "num_images",
-                                          "repeats", "reference_aug", "probe_photometric", "seed")}
-    meta.update(ckpt=str(args.ckpt), scales=args.scales,
-                num_attention_entries=args.num_positives + (args.form == "moco"))
+    meta = {
+        k: getattr(args, k)
+        for k in (
+            "method",
+            "num_positives",
+            "d_pos",
+            "num_images",
+            "repeats",
+            "reference_aug",
+            "probe_photometric",
+            "seed",
+        )
+    }
+    meta.update(
+        ckpt=str(args.ckpt),
+        scales=args.scales,
+        num_attention_entries=args.num_positives + (args.form == "moco"),
+    )
     write_outputs(args.out, table, rows, meta)
     return rows
 

@@ -62,12 +62,33 @@ ALLOWED_K = range(2, len(CLASS_NAMES) + 1)
 METHODS = ("simclr", "attentionnce")
 
 #: Bench options this script sets itself; passing them after ``--`` would break its layout.
-RESERVED_BENCH_FLAGS = frozenset({
-    "--out", "--dataset", "--train-path", "--val-path", "--data-cache", "--methods",
-    "--extra-m", "--no-time-matched", "--ablation", "--ablation-method", "--m-grid",
-    "--dpos-grid", "--dneg-grid", "--anchor-grid", "--preset", "--seeds", "--epochs",
-    "--batch-size", "--num-train", "--num-val", "--dry-run", "--crop-size", "--classes",
-})
+RESERVED_BENCH_FLAGS = frozenset(
+    {
+        "--out",
+        "--dataset",
+        "--train-path",
+        "--val-path",
+        "--data-cache",
+        "--methods",
+        "--extra-m",
+        "--no-time-matched",
+        "--ablation",
+        "--ablation-method",
+        "--m-grid",
+        "--dpos-grid",
+        "--dneg-grid",
+        "--anchor-grid",
+        "--preset",
+        "--seeds",
+        "--epochs",
+        "--batch-size",
+        "--num-train",
+        "--num-val",
+        "--dry-run",
+        "--crop-size",
+        "--classes",
+    }
+)
 
 #: (RunResult attribute, table column title) of the accuracies reported.
 METRICS: Tuple[Tuple[str, str], ...] = (
@@ -93,26 +114,55 @@ def build_parser() -> argparse.ArgumentParser:
         "gpu --devices 0, --no-offline-probe, --fresh, --set KEY=VALUE); a second '--' inside "
         "them starts the bench's raw Hydra overrides.",
     )
-    p.add_argument("--preset", default="default", choices=sorted(PRESETS),
-                   help="the bench's budget preset (default: default)")
+    p.add_argument(
+        "--preset",
+        default="default",
+        choices=sorted(PRESETS),
+        help="the bench's budget preset (default: default)",
+    )
     p.add_argument("--seeds", type=int_list, help="e.g. 0,1 (default: the preset's)")
     p.add_argument("--epochs", type=int, help="pretraining epochs (default: the preset's)")
     p.add_argument("--batch-size", type=int, help="images per step (default: the preset's)")
-    p.add_argument("--num-train", type=int,
-                   help="training images at every K, stratified (default: the preset's)")
-    p.add_argument("--num-val", type=int,
-                   help="validation images at every K, stratified (default: the preset's)")
-    p.add_argument("--classes", type=int_list, default=[2, 5, 10],
-                   help="numbers of classes K, each in 2..10 (default 2,5,10)")
-    p.add_argument("--class-seed", type=int, default=0,
-                   help="seed of the class permutation whose first K ids are used (default 0)")
-    p.add_argument("--dneg-grid", type=float_list, default=[],
-                   help="extra AttentionNCE rows at these d_neg values, e.g. 1,10 (default none)")
-    p.add_argument("--data-source", type=Path,
-                   help="folder with the 4 Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR "
-                   "or Debian's /usr/share/datasets/fashion-mnist)")
-    p.add_argument("--out", type=Path, default=Path("bench_out/false_negatives"),
-                   help="output folder (default ./bench_out/false_negatives, git-ignored)")
+    p.add_argument(
+        "--num-train",
+        type=int,
+        help="training images at every K, stratified (default: the preset's)",
+    )
+    p.add_argument(
+        "--num-val",
+        type=int,
+        help="validation images at every K, stratified (default: the preset's)",
+    )
+    p.add_argument(
+        "--classes",
+        type=int_list,
+        default=[2, 5, 10],
+        help="numbers of classes K, each in 2..10 (default 2,5,10)",
+    )
+    p.add_argument(
+        "--class-seed",
+        type=int,
+        default=0,
+        help="seed of the class permutation whose first K ids are used (default 0)",
+    )
+    p.add_argument(
+        "--dneg-grid",
+        type=float_list,
+        default=[],
+        help="extra AttentionNCE rows at these d_neg values, e.g. 1,10 (default none)",
+    )
+    p.add_argument(
+        "--data-source",
+        type=Path,
+        help="folder with the 4 Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR "
+        "or Debian's /usr/share/datasets/fashion-mnist)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench_out/false_negatives"),
+        help="output folder (default ./bench_out/false_negatives, git-ignored)",
+    )
     return p
 
 
@@ -136,11 +186,15 @@ def resolve_budget(args: argparse.Namespace) -> Budget:
     def pick(flag: Any, preset_value: Any) -> Any:
         return preset_value if flag is None else flag
 
-    return Budget(preset=pre.name, seeds=tuple(pick(args.seeds, pre.seeds)),
-                  epochs=pick(args.epochs, pre.epochs),
-                  batch_size=pick(args.batch_size, pre.batch_size),
-                  num_train=pick(args.num_train, pre.num_train),
-                  num_val=pick(args.num_val, pre.num_val), num_workers=pre.num_workers)
+    return Budget(
+        preset=pre.name,
+        seeds=tuple(pick(args.seeds, pre.seeds)),
+        epochs=pick(args.epochs, pre.epochs),
+        batch_size=pick(args.batch_size, pre.batch_size),
+        num_train=pick(args.num_train, pre.num_train),
+        num_val=pick(args.num_val, pre.num_val),
+        num_workers=pre.num_workers,
+    )
 
 
 def validate(args: argparse.Namespace, budget: Budget, bench_extra: Sequence[str]) -> None:
@@ -152,36 +206,48 @@ def validate(args: argparse.Namespace, budget: Budget, bench_extra: Sequence[str
     ks = args.classes
     bad = [k for k in ks if k not in ALLOWED_K]
     if not ks or bad:
-        raise ValueError(f"--classes={','.join(map(str, ks)) or '(empty)'}: allowed values are "
-                         f"K in {ALLOWED_K.start}..{ALLOWED_K.stop - 1}"
-                         + (f" ({bad[0]} is not)" if bad else ", at least one"))
+        raise ValueError(
+            f"--classes={','.join(map(str, ks)) or '(empty)'}: allowed values are "
+            f"K in {ALLOWED_K.start}..{ALLOWED_K.stop - 1}"
+            + (f" ({bad[0]} is not)" if bad else ", at least one")
+        )
     if len(set(ks)) != len(ks):
         raise ValueError(f"--classes={','.join(map(str, ks))}: each K at most once")
     if not budget.seeds or len(set(budget.seeds)) != len(budget.seeds):
-        raise ValueError(f"--seeds={list(budget.seeds)}: allowed values are distinct integers, "
-                         "at least one")
+        raise ValueError(
+            f"--seeds={list(budget.seeds)}: allowed values are distinct integers, " "at least one"
+        )
     bad_d = [d for d in args.dneg_grid if not (math.isfinite(d) and d > 0)]
     if bad_d:
-        raise ValueError(f"--dneg-grid: {bad_d[0]} is not allowed; allowed values are finite "
-                         "numbers > 0")
+        raise ValueError(
+            f"--dneg-grid: {bad_d[0]} is not allowed; allowed values are finite " "numbers > 0"
+        )
     if len(set(args.dneg_grid)) != len(args.dneg_grid):
         raise ValueError(f"--dneg-grid={args.dneg_grid}: each value at most once")
     if budget.epochs < 1 or budget.batch_size < 1:
-        raise ValueError(f"--epochs={budget.epochs} / --batch-size={budget.batch_size}: allowed "
-                         "values are >= 1")
+        raise ValueError(
+            f"--epochs={budget.epochs} / --batch-size={budget.batch_size}: allowed "
+            "values are >= 1"
+        )
     if budget.num_train < budget.batch_size:
         # solo-learn's training loader drops the last incomplete batch: no step at all otherwise.
-        raise ValueError(f"--num-train={budget.num_train}: allowed values are >= --batch-size "
-                         f"({budget.batch_size})")
+        raise ValueError(
+            f"--num-train={budget.num_train}: allowed values are >= --batch-size "
+            f"({budget.batch_size})"
+        )
     if budget.num_val < max(ks):
         # solo's kNN counts classes from the validation targets: every class must be there.
-        raise ValueError(f"--num-val={budget.num_val}: allowed values are >= the largest K ({max(ks)})")
+        raise ValueError(
+            f"--num-val={budget.num_val}: allowed values are >= the largest K ({max(ks)})"
+        )
     for token in bench_extra:
         if token == "--":
             break  # the rest are Hydra overrides for main_pretrain.py
         if token.split("=", 1)[0] in RESERVED_BENCH_FLAGS:
-            raise ValueError(f"{token.split('=', 1)[0]} after '--': this script sets it; use its own "
-                             "flag (see --help) instead")
+            raise ValueError(
+                f"{token.split('=', 1)[0]} after '--': this script sets it; use its own "
+                "flag (see --help) instead"
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,8 +271,14 @@ def false_negative_rate(k: int) -> float:
     return 1.0 / k
 
 
-def bench_options(budget: Budget, classes: Sequence[int], out: Path, data_cache: Path,
-                  dneg_grid: Sequence[float], extra: Sequence[str]) -> Any:
+def bench_options(
+    budget: Budget,
+    classes: Sequence[int],
+    out: Path,
+    data_cache: Path,
+    dneg_grid: Sequence[float],
+    extra: Sequence[str],
+) -> Any:
     """The benchmark's options for one K: SimCLR and AttentionNCE on the class subset, plus the
     ``--dneg-grid`` AttentionNCE rows; ``extra`` are attnce-bench flags (and after a second
     ``--``, raw Hydra overrides) for hardware and evaluation."""
@@ -215,17 +287,30 @@ def bench_options(budget: Budget, classes: Sequence[int], out: Path, data_cache:
     flags, overrides = (list(extra), [])
     if "--" in flags:
         cut = flags.index("--")
-        flags, overrides = flags[:cut], flags[cut + 1:]
+        flags, overrides = flags[:cut], flags[cut + 1 :]
     base = options_from_args(build_parser().parse_args(flags), overrides)
     return dataclasses.replace(
-        base, preset=budget.preset, seeds=budget.seeds, epochs=budget.epochs,
-        batch_size=budget.batch_size, num_train=budget.num_train, num_val=budget.num_val,
-        classes=list(classes), methods=METHODS, time_matched=False, extra_m=(),
+        base,
+        preset=budget.preset,
+        seeds=budget.seeds,
+        epochs=budget.epochs,
+        batch_size=budget.batch_size,
+        num_train=budget.num_train,
+        num_val=budget.num_val,
+        classes=list(classes),
+        methods=METHODS,
+        time_matched=False,
+        extra_m=(),
         # The bench's ablation with empty M and d_pos grids adds exactly one AttentionNCE run per
         # d_neg (at the shipped config's M and d_pos); a d_neg equal to the config's is the
         # equal-epoch run already, which the bench does not repeat.
-        ablation=bool(dneg_grid), m_grid=(), dpos_grid=(), dneg_grid=tuple(dneg_grid),
-        out=str(out), data_cache=str(data_cache))
+        ablation=bool(dneg_grid),
+        m_grid=(),
+        dpos_grid=(),
+        dneg_grid=tuple(dneg_grid),
+        out=str(out),
+        data_cache=str(data_cache),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -304,15 +389,25 @@ def build_rows(results_by_k: Dict[int, Sequence[Dict[str, Any]]]) -> List[KRow]:
     rows: List[KRow] = []
     for k in sorted(results_by_k):
         relabelled = [dict(r, label=display_label(r)) for r in results_by_k[k]]
-        d_negs = {r["label"]: attention_setting(r)[1] for r in relabelled
-                  if r.get("method") == "attentionnce"}
+        d_negs = {
+            r["label"]: attention_setting(r)[1]
+            for r in relabelled
+            if r.get("method") == "attentionnce"
+        }
         k_rows = []
         for row in aggregate(relabelled):
-            k_rows.append(KRow(
-                k=k, label=row.label, method=row.method, d_neg=d_negs.get(row.label),
-                epochs="/".join(map(str, row.epochs)) or "n/a", seeds=len(row.seeds),
-                failed_seeds=len(row.failed_seeds),
-                stats={attr: row.stats.get(attr, (None, None)) for attr, _ in METRICS}))
+            k_rows.append(
+                KRow(
+                    k=k,
+                    label=row.label,
+                    method=row.method,
+                    d_neg=d_negs.get(row.label),
+                    epochs="/".join(map(str, row.epochs)) or "n/a",
+                    seeds=len(row.seeds),
+                    failed_seeds=len(row.failed_seeds),
+                    stats={attr: row.stats.get(attr, (None, None)) for attr, _ in METRICS},
+                )
+            )
         simclr = next((r for r in k_rows if r.method == "simclr"), None)
         for r in k_rows:
             if r.method == "attentionnce" and simclr is not None:
@@ -332,23 +427,47 @@ def _signed(pair: Optional[MeanStd]) -> str:
 
 def markdown_table(rows: Sequence[KRow]) -> str:
     """The combined table: one line per K x method setting."""
-    head = ["K", "false-neg. rate", "chance %", "method", "epochs", "seeds"] + [
-        t for _, t in METRICS] + ["kNN gap vs SimCLR (points)"]
-    return table(head, [
-        [str(r.k), f"1/{r.k} = {false_negative_rate(r.k):.2f}", f"{r.chance:.1f}", r.label,
-         r.epochs, str(r.seeds) + (f" ({r.failed_seeds} failed)" if r.failed_seeds else "")]
-        + [fmt_mean_std(r.stats.get(a, (None, None))) for a, _ in METRICS] + [_signed(r.knn_gap)]
-        for r in rows
-    ])
+    head = (
+        ["K", "false-neg. rate", "chance %", "method", "epochs", "seeds"]
+        + [t for _, t in METRICS]
+        + ["kNN gap vs SimCLR (points)"]
+    )
+    return table(
+        head,
+        [
+            [
+                str(r.k),
+                f"1/{r.k} = {false_negative_rate(r.k):.2f}",
+                f"{r.chance:.1f}",
+                r.label,
+                r.epochs,
+                str(r.seeds) + (f" ({r.failed_seeds} failed)" if r.failed_seeds else ""),
+            ]
+            + [fmt_mean_std(r.stats.get(a, (None, None))) for a, _ in METRICS]
+            + [_signed(r.knn_gap)]
+            for r in rows
+        ],
+    )
 
 
 def write_csv(rows: Sequence[KRow], path: Path, classes_by_k: Dict[int, Sequence[int]]) -> Path:
     """One line per row, numbers unformatted (empty where missing)."""
+
     def num(value: Optional[float]) -> str:
         return "" if value is None else f"{value:.4f}"
 
-    head = ["k", "false_negative_rate", "chance_acc", "classes", "method", "label", "d_neg",
-            "epochs", "seeds", "failed_seeds"]
+    head = [
+        "k",
+        "false_negative_rate",
+        "chance_acc",
+        "classes",
+        "method",
+        "label",
+        "d_neg",
+        "epochs",
+        "seeds",
+        "failed_seeds",
+    ]
     for attr, _ in METRICS:
         head += [f"{attr}_mean", f"{attr}_std"]
     head += ["knn_gap_mean", "knn_gap_std"]
@@ -357,9 +476,18 @@ def write_csv(rows: Sequence[KRow], path: Path, classes_by_k: Dict[int, Sequence
         w.writerow(head)
         for r in rows:
             gap = r.knn_gap or (None, None)
-            line = [r.k, num(false_negative_rate(r.k)), num(r.chance),
-                    " ".join(map(str, classes_by_k.get(r.k, ()))), r.method, r.label, num(r.d_neg),
-                    r.epochs, r.seeds, r.failed_seeds]
+            line = [
+                r.k,
+                num(false_negative_rate(r.k)),
+                num(r.chance),
+                " ".join(map(str, classes_by_k.get(r.k, ()))),
+                r.method,
+                r.label,
+                num(r.d_neg),
+                r.epochs,
+                r.seeds,
+                r.failed_seeds,
+            ]
             for attr, _ in METRICS:
                 line += [num(v) for v in r.stats.get(attr, (None, None))]
             w.writerow(line + [num(gap[0]), num(gap[1])])
@@ -374,23 +502,36 @@ def plot(rows: Sequence[KRow], path: Path, title: str) -> Optional[Path]:
     matplotlib.use("Agg")  # no display on servers / CI
     import matplotlib.pyplot as plt
 
-    panels = [(a, t) for a, t in METRICS
-              if any(r.stats.get(a, (None, None))[0] is not None for r in rows)]
+    panels = [
+        (a, t) for a, t in METRICS if any(r.stats.get(a, (None, None))[0] is not None for r in rows)
+    ]
     if not panels:
         return None
     ks = sorted({r.k for r in rows})
     rates = [false_negative_rate(k) for k in ks]
     # One colour per method across all panels, so the gap panel reads against the others.
     colours = {label: f"C{i}" for i, label in enumerate(dict.fromkeys(r.label for r in rows))}
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4.6 * (len(panels) + 1), 4.8), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels) + 1, figsize=(4.6 * (len(panels) + 1), 4.8), squeeze=False
+    )
 
     def lines(ax: Any, value: Any) -> None:
         for label, colour in colours.items():
-            pts = [(false_negative_rate(r.k), *value(r)) for r in rows
-                   if r.label == label and value(r)[0] is not None]
+            pts = [
+                (false_negative_rate(r.k), *value(r))
+                for r in rows
+                if r.label == label and value(r)[0] is not None
+            ]
             if pts:
-                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] or 0.0 for p in pts],
-                            marker="o", capsize=3, color=colour, label=label)
+                ax.errorbar(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    yerr=[p[2] or 0.0 for p in pts],
+                    marker="o",
+                    capsize=3,
+                    color=colour,
+                    label=label,
+                )
 
     for ax, (attr, name) in zip(axes[0], panels):
         ax.plot(rates, [100.0 * r for r in rates], "k--", lw=1, label="chance (100/K)")
@@ -410,8 +551,14 @@ def plot(rows: Sequence[KRow], path: Path, title: str) -> Optional[Path]:
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(4, len(handles)),
-               fontsize=8, frameon=False)
+    fig.legend(
+        handles.values(),
+        handles.keys(),
+        loc="lower center",
+        ncol=min(4, len(handles)),
+        fontsize=8,
+        frameon=False,
+    )
     fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=110)
@@ -419,11 +566,18 @@ def plot(rows: Sequence[KRow], path: Path, title: str) -> Optional[Path]:
     return path
 
 
-def render(rows: Sequence[KRow], command: str, budget: Budget,
-           classes_by_k: Dict[int, Sequence[int]], failures: Sequence[str]) -> str:
+def render(
+    rows: Sequence[KRow],
+    command: str,
+    budget: Budget,
+    classes_by_k: Dict[int, Sequence[int]],
+    failures: Sequence[str],
+) -> str:
     """table.md: the command as a comment line, the setting, the table, how to read it."""
-    names = "; ".join(f"K={k}: " + ", ".join(CLASS_NAMES[c] for c in classes_by_k[k])
-                      for k in sorted(classes_by_k))
+    names = "; ".join(
+        f"K={k}: " + ", ".join(CLASS_NAMES[c] for c in classes_by_k[k])
+        for k in sorted(classes_by_k)
+    )
     parts = [
         f"<!-- {command} -->",
         "",
@@ -452,13 +606,17 @@ def render(rows: Sequence[KRow], command: str, budget: Budget,
 
 
 def _command(argv: Sequence[str]) -> str:
-    return " ".join(["python3 -m attnce_bench.experiments.false_negatives", *map(shlex.quote, argv)])
+    return " ".join(
+        ["python3 -m attnce_bench.experiments.false_negatives", *map(shlex.quote, argv)]
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Validate, prepare one class subset per K, run the bench per K, then tabulate and plot."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    ours, extra = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
     parser = build_parser()
     args = parser.parse_args(ours)
     budget = resolve_budget(args)
@@ -480,10 +638,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         require_solo()
         for k in args.classes:
-            prepare_fashion_mnist(out / "data", budget.num_train, budget.num_val,
-                                  source=args.data_source, classes=classes_by_k[k])
-        opts = {k: bench_options(budget, classes_by_k[k], out / f"K{k}", out / "data",
-                                 args.dneg_grid, extra) for k in args.classes}
+            prepare_fashion_mnist(
+                out / "data",
+                budget.num_train,
+                budget.num_val,
+                source=args.data_source,
+                classes=classes_by_k[k],
+            )
+        opts = {
+            k: bench_options(
+                budget, classes_by_k[k], out / f"K{k}", out / "data", args.dneg_grid, extra
+            )
+            for k in args.classes
+        }
     except (DatasetMissingError, ValueError, ImportError, SystemExit) as err:
         print(f"false_negatives: error: {err}", file=sys.stderr)
         return 2
@@ -495,12 +662,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             report = run_benchmark(opts[k], command=f"false_negatives K={k}")
         except (BenchConfigError, ValueError) as err:  # every K would fail the same way
-            print(f"false_negatives: error: the bench refused its settings: {err}",
-                  file=sys.stderr)
+            print(f"false_negatives: error: the bench refused its settings: {err}", file=sys.stderr)
             return 2
         results_by_k[k] = [dataclasses.asdict(r) for r in report.results]
         if report.failed or not report.results:
-            failures.append(f"K={k}: {len(report.failed)} run(s) failed, see {report.out}/results.md")
+            failures.append(
+                f"K={k}: {len(report.failed)} run(s) failed, see {report.out}/results.md"
+            )
 
     rows = build_rows(results_by_k)
     md = render(rows, _command(argv), budget, classes_by_k, failures)

@@ -43,13 +43,19 @@ VARIANTS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
     ("tau_0.5", "temperature 0.5", ("mocov3_attentionnce:method_kwargs.temperature=0.5",)),
     ("d_neg_1", "d_neg 1", ("mocov3_attentionnce:method_kwargs.d_neg=1.0",)),
     ("d_pos_4", "d_pos 4", ("mocov3_attentionnce:method_kwargs.d_pos=4.0",)),
-    ("key_out", "key_in_prototype false",
-     ("mocov3_attentionnce:method_kwargs.key_in_prototype=false",)),
+    (
+        "key_out",
+        "key_in_prototype false",
+        ("mocov3_attentionnce:method_kwargs.key_in_prototype=false",),
+    ),
 )
 
 #: (result attribute, column title), the first decides.
-METRICS = (("knn_acc1", "online kNN"), ("linear_acc1", "online linear"),
-           ("offline_acc1", "offline linear"))
+METRICS = (
+    ("knn_acc1", "online kNN"),
+    ("linear_acc1", "online linear"),
+    ("offline_acc1", "offline linear"),
+)
 
 MOCO = "MoCo v3"
 MOCO_TIME = "MoCo v3 (time of MoCo v3 + AttentionNCE)"
@@ -58,18 +64,27 @@ FORM = "MoCo v3 + AttentionNCE (M=4)"
 MeanStd = Tuple[Optional[float], Optional[float]]
 
 
-def bench_options(base: BenchOptions, folder: Path, sets: Sequence[str], first: bool) -> BenchOptions:
+def bench_options(
+    base: BenchOptions, folder: Path, sets: Sequence[str], first: bool
+) -> BenchOptions:
     """The benchmark of one variant: the first also trains MoCo v3 and its time-matched run."""
     return dataclasses.replace(
-        base, out=str(folder), sets=list(sets), extra_m=(),
+        base,
+        out=str(folder),
+        sets=list(sets),
+        extra_m=(),
         methods=("mocov3", "mocov3_attentionnce") if first else ("mocov3_attentionnce",),
-        time_matched=first)
+        time_matched=first,
+    )
 
 
 def stats(runs: Sequence[Dict[str, Any]], label: str, comparison: str) -> Dict[str, MeanStd]:
     """Mean and sample std over the seeds of the successful runs of one row."""
-    ok = [r for r in runs if r["label"] == label and r["comparison"] == comparison
-          and r["status"] == "ok"]
+    ok = [
+        r
+        for r in runs
+        if r["label"] == label and r["comparison"] == comparison and r["status"] == "ok"
+    ]
     out = {attr: mean_std([r.get(attr) for r in ok]) for attr, _ in METRICS}
     out["seconds_per_epoch"] = mean_std([r.get("seconds_per_epoch") for r in ok])
     out["epochs"] = (ok[0]["epochs"], None) if ok else (None, None)
@@ -94,26 +109,33 @@ def _gap_text(g: Tuple[Optional[float], Optional[bool]]) -> str:
     return f"{value:+.1f} ({word})"
 
 
-def summarise(rows: Dict[str, Dict[str, MeanStd]], moco: Dict[str, MeanStd],
-              moco_time: Dict[str, MeanStd]) -> Tuple[str, List[str]]:
+def summarise(
+    rows: Dict[str, Dict[str, MeanStd]], moco: Dict[str, MeanStd], moco_time: Dict[str, MeanStd]
+) -> Tuple[str, List[str]]:
     """The table, and the variants that clearly beat MoCo v3 in kNN at equal epochs and time."""
-    head = ["MoCo form setting", "epochs", "seeds"] + [t for _, t in METRICS] + [
-        "s / epoch", "kNN gap vs MoCo v3, equal epochs", "kNN gap vs MoCo v3, equal time"]
+    head = (
+        ["MoCo form setting", "epochs", "seeds"]
+        + [t for _, t in METRICS]
+        + ["s / epoch", "kNN gap vs MoCo v3, equal epochs", "kNN gap vs MoCo v3, equal time"]
+    )
     lines = []
     for name, row in (("MoCo v3", moco), ("MoCo v3 at the MoCo form's time", moco_time)):
-        lines.append([name, str(row["epochs"][0]), str(row["seeds"][0])]
-                     + [fmt_mean_std(row[a]) for a, _ in METRICS]
-                     + [fmt_mean_std(row["seconds_per_epoch"], 2), "—", "—"])
+        lines.append(
+            [name, str(row["epochs"][0]), str(row["seeds"][0])]
+            + [fmt_mean_std(row[a]) for a, _ in METRICS]
+            + [fmt_mean_std(row["seconds_per_epoch"], 2), "—", "—"]
+        )
     winners = []
     for desc, row in rows.items():
         eq_epochs = gap(row["knn_acc1"], moco["knn_acc1"])
         eq_time = gap(row["knn_acc1"], moco_time["knn_acc1"])
         if eq_epochs[1] and eq_time[1] and eq_epochs[0] > 0 and eq_time[0] > 0:
             winners.append(desc)
-        lines.append([desc, str(row["epochs"][0]), str(row["seeds"][0])]
-                     + [fmt_mean_std(row[a]) for a, _ in METRICS]
-                     + [fmt_mean_std(row["seconds_per_epoch"], 2), _gap_text(eq_epochs),
-                        _gap_text(eq_time)])
+        lines.append(
+            [desc, str(row["epochs"][0]), str(row["seeds"][0])]
+            + [fmt_mean_std(row[a]) for a, _ in METRICS]
+            + [fmt_mean_std(row["seconds_per_epoch"], 2), _gap_text(eq_epochs), _gap_text(eq_time)]
+        )
     return table(head, lines), winners
 
 
@@ -126,14 +148,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from attnce_bench.api import run_benchmark
 
-    base = BenchOptions(preset=args.preset, seeds=args.seeds, references=False,
-                        data_cache=str(args.out / "data"))
+    base = BenchOptions(
+        preset=args.preset, seeds=args.seeds, references=False, data_cache=str(args.out / "data")
+    )
     rows: Dict[str, Dict[str, MeanStd]] = {}
     moco: Dict[str, MeanStd] = {}
     moco_time: Dict[str, MeanStd] = {}
     for i, (folder, desc, sets) in enumerate(VARIANTS):
-        report = run_benchmark(bench_options(base, args.out / folder, sets, i == 0),
-                               command=f"moco_settings {folder}")
+        report = run_benchmark(
+            bench_options(base, args.out / folder, sets, i == 0), command=f"moco_settings {folder}"
+        )
         if report.failed:
             print(f"error: runs failed for {folder}; see {report.out}/results.md", file=sys.stderr)
             return 1
@@ -144,11 +168,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             moco_time = stats(runs, MOCO_TIME, "equal-time")
     md, winners = summarise(rows, moco, moco_time)
     cli = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    text = (f"<!-- python3 -m attnce_bench.experiments.moco_settings {cli} -->\n\n{md}\n\n"
-            + ("Settings that clearly beat MoCo v3 in online kNN at equal epochs and at equal "
-               f"time: {', '.join(winners)}." if winners else
-               "No setting clearly beats MoCo v3 in online kNN at both equal epochs and equal "
-               "time.") + "\n")
+    text = (
+        f"<!-- python3 -m attnce_bench.experiments.moco_settings {cli} -->\n\n{md}\n\n"
+        + (
+            "Settings that clearly beat MoCo v3 in online kNN at equal epochs and at equal "
+            f"time: {', '.join(winners)}."
+            if winners
+            else "No setting clearly beats MoCo v3 in online kNN at both equal epochs and equal "
+            "time."
+        )
+        + "\n"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text(text)
     print(text)

@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--tiny",
         action="store_true",
-        help="smallest sizes everywhere (what tests/test_gpu_check.py runs)",
+        help="smallest sizes everywhere (what tests/bench/test_gpu_check.py runs)",
     )
     r.add_argument(
         "--deadline",

@@ -1,5 +1,5 @@
 """Part 4: two ranks give one process's loss and gradients (the logic of
-tests/test_losses_distributed.py, on the check's device and at a larger size).
+tests/plugin/losses/test_losses_distributed.py, on the check's device and at a larger size).
 
 On the GPU machine both ranks share the one GPU: NCCL refuses two ranks on one device, gloo with
 CUDA tensors works. DDP averages gradients over ranks, so with per-rank mean losses the reference

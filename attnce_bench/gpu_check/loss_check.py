@@ -2,7 +2,7 @@
 
 Two comparisons for each precision mode and both loss forms (SimCLR form, MoCo v3 form):
 
-* small batch against ``tests/reference.py``, the independent float64 implementation of the
+* small batch against ``tests/helpers/reference.py``, the independent float64 implementation of the
   published formula (one anchor at a time, so only small batches are affordable);
 * a large batch (4096 images on CUDA) against the plugin's own loss in float64 on the same device
   (the loss computes in fp64 for fp64 inputs), with the forward+backward time of each mode: what
@@ -49,8 +49,8 @@ MOCO = {"tau": 0.2, "d_pos": 4.0, "d_neg": 1.0}
 
 
 def load_reference():
-    """``tests/reference.py`` (the float64 reference the test suite uses), loaded by path."""
-    path = REPO_ROOT / "tests" / "reference.py"
+    """``tests/helpers/reference.py`` (the float64 reference the test suite uses), loaded by path."""
+    path = REPO_ROOT / "tests" / "helpers" / "reference.py"
     spec = importlib.util.spec_from_file_location("attnce_float64_reference", path)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(f"{path} not found: the float64 reference travels with the repo")
@@ -164,7 +164,7 @@ def loss_and_grads(
 def reference_loss(
     ref, form: str, x: Dict[str, torch.Tensor]
 ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-    """tests/reference.py on float64 copies of ``x`` (CPU), loss and gradients."""
+    """tests/helpers/reference.py on float64 copies of ``x`` (CPU), loss and gradients."""
     y = {
         k: (
             v.detach().double().cpu().requires_grad_(k in GRAD_KEYS[form])
@@ -221,7 +221,7 @@ def run(ctx: PartContext) -> None:
 
     ctx.emit(
         f"device {ctx.device}, torch {torch.__version__}. Small batch b = {small[0]}, "
-        f"M = {small[1]}, d = {small[2]} against tests/reference.py (float64, CPU); large "
+        f"M = {small[1]}, d = {small[2]} against tests/helpers/reference.py (float64, CPU); large "
         f"batch b = {big[0]}, M = {big[1]}, d = {big[2]} against the plugin's loss in float64 "
         f"on the same device; time = median forward+backward of {repeats} calls. SimCLR form "
         f"tau {SIMCLR['tau']}, d_pos {SIMCLR['d_pos']}, d_neg {SIMCLR['d_neg']}; MoCo form "

@@ -95,7 +95,9 @@ def _attentionnce(
     check_shape("positives", positives, (None, None, None), "[b, M, d]")
     b, num_pos, dim = positives.shape
     if b == 0 or num_pos == 0:
-        raise ValueError(f"positives must have b >= 1 images and M >= 1 views, got {list(positives.shape)}")
+        raise ValueError(
+            f"positives must have b >= 1 images and M >= 1 views, got {list(positives.shape)}"
+        )
     check_shape("indexes", indexes, (b,), "[b]")
     check_shape("anchors", anchors, (None, dim), "[V*b, d]")
     if anchors.shape[0] == 0 or anchors.shape[0] % b:

@@ -16,7 +16,11 @@ from attnce_plugin.solo_compat import require_solo
 require_solo()  # a clear install hint instead of "No module named 'solo'"
 
 from attnce_plugin.methods.attentionnce import AttentionNCE  # noqa: E402
-from attnce_plugin.methods.crops import CropLayout, CropLayoutError, resolve_crop_layout  # noqa: E402
+from attnce_plugin.methods.crops import (
+    CropLayout,
+    CropLayoutError,
+    resolve_crop_layout,
+)  # noqa: E402
 from attnce_plugin.methods.guard import NonFiniteLossError  # noqa: E402
 from attnce_plugin.methods.mocov3_attentionnce import MoCoV3AttentionNCE  # noqa: E402
 from attnce_plugin.methods.settings import MethodConfigError  # noqa: E402

@@ -52,7 +52,11 @@ def name_unreadable_images(dataset: Any) -> Any:
     arrays) are returned unchanged.
     """
     loader = getattr(dataset, "loader", None)
-    if callable(loader) and not isinstance(loader, PathNamingLoader) and hasattr(dataset, "samples"):
+    if (
+        callable(loader)
+        and not isinstance(loader, PathNamingLoader)
+        and hasattr(dataset, "samples")
+    ):
         dataset.loader = PathNamingLoader(loader)
     return dataset
 

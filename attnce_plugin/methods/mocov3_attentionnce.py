@@ -77,7 +77,11 @@ class MoCoV3AttentionNCE(AttentionNCECore, MoCoV3):
     SETTINGS = MOCOV3_ATTENTIONNCE_SETTINGS
     BASE_LOSS = "mocov3"
     COMPILED_MODULES = (
-        "backbone", "projector", "predictor", "momentum_backbone", "momentum_projector"
+        "backbone",
+        "projector",
+        "predictor",
+        "momentum_backbone",
+        "momentum_projector",
     )
     # Build every backbone as solo-learn builds it for method "mocov3" (the MoCo v3 ViT).
     _BACKBONES = MoCoV3Backbones()

@@ -94,7 +94,8 @@ def bn_running_stats_frozen(module: nn.Module, frozen: bool = True) -> Iterator[
     saved = [
         (m, m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone())
         for m in module.modules()
-        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+        and m.track_running_stats
         and m.running_mean is not None
     ]
     try:

@@ -211,7 +211,9 @@ def check_momentum_cfg(cfg: omegaconf.DictConfig, method: str) -> None:
     values = {}
     for key in ("base_tau", "final_tau"):
         if key not in momentum or OmegaConf.is_missing(momentum, key) or momentum[key] is None:
-            raise MethodConfigError(f"momentum.{key} is required by method '{method}'; set {allowed}")
+            raise MethodConfigError(
+                f"momentum.{key} is required by method '{method}'; set {allowed}"
+            )
         value = momentum[key]
         if (
             isinstance(value, bool)
@@ -266,12 +268,18 @@ def check_compile_cfg(cfg: omegaconf.DictConfig, method: str) -> None:
 
 _NETWORK = (
     Setting("proj_hidden_dim", "int>=1", REQUIRED, "hidden width of the projector"),
-    Setting("proj_output_dim", "int>=1", REQUIRED, "dimension of the projections the loss compares"),
+    Setting(
+        "proj_output_dim", "int>=1", REQUIRED, "dimension of the projections the loss compares"
+    ),
 )
 _ATTENTION = (
     Setting("temperature", "float>0", REQUIRED, "softmax temperature tau"),
-    Setting("d_pos", "float>0", 1.0, "positive-attention scale (larger: more weight on hard positives)"),
-    Setting("d_neg", "float>0", 1.0, "negative-attention scale (smaller: more focus on hard negatives)"),
+    Setting(
+        "d_pos", "float>0", 1.0, "positive-attention scale (larger: more weight on hard positives)"
+    ),
+    Setting(
+        "d_neg", "float>0", 1.0, "negative-attention scale (smaller: more focus on hard negatives)"
+    ),
 )
 #: Settings of how the networks run, the same in both methods.
 RUN_SETTINGS: Tuple[Setting, ...] = (
