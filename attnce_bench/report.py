@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -468,7 +469,12 @@ def overrides_section(results: Sequence[Any]) -> str:
             continue
         lines = path.read_text().splitlines()
         name = lines[0].removeprefix("# ").split(" from ")[0] if lines else "?"
-        overrides = [ln[4:] for ln in lines[1:] if ln.startswith("#   ")]
+        # One run per row is read; its seed-specific values stand for every seed's.
+        overrides = [
+            re.sub(r"seed\d+", "seed<seed>", re.sub(r"^\+\+seed=\d+$", "++seed=<seed>", ln[4:]))
+            for ln in lines[1:]
+            if ln.startswith("#   ")
+        ]
         seen[str(_get(r, "label"))] = (name, overrides)
     if not seen:
         return ""
