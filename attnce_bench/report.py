@@ -458,7 +458,8 @@ def bench_markdown(
 
 
 def overrides_section(results: Sequence[Any]) -> str:
-    """Which shipped config each kind of run used, and its overrides (paths shortened)."""
+    """Which shipped config each kind of run used, and its overrides (the output folder shown as
+    ``<out>``, seed-specific values as ``<seed>``)."""
     seen: Dict[str, Tuple[str, List[str]]] = {}
     for r in results:
         run_dir = _get(r, "run_dir")
@@ -469,6 +470,14 @@ def overrides_section(results: Sequence[Any]) -> str:
             continue
         lines = path.read_text().splitlines()
         name = lines[0].removeprefix("# ").split(" from ")[0] if lines else "?"
+        # The output folder shown as <out>, so a report does not depend on where it was written.
+        parts = Path(run_dir).parts
+        out = (
+            str(Path(*parts[: len(parts) - 1 - parts[::-1].index("runs")]))
+            if "runs" in parts
+            else None
+        )
+        lines = [ln.replace(out, "<out>") if out else ln for ln in lines]
         # One run per row is read; its seed-specific values stand for every seed's.
         overrides = [
             re.sub(r"seed\d+", "seed<seed>", re.sub(r"^\+\+seed=\d+$", "++seed=<seed>", ln[4:]))

@@ -21,7 +21,7 @@ deviations added.
 Usage::
 
     python3 -m attnce_bench.experiments.moco_settings --seeds 0,1,2 --out bench_out/moco_settings
-    python3 -m attnce_bench.experiments.moco_settings --preset smoke --out /tmp/ms   # minutes
+    python3 -m attnce_bench.experiments.moco_settings --preset smoke --out bench_out/ms_smoke   # minutes
 """
 
 from __future__ import annotations
