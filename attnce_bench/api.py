@@ -465,6 +465,11 @@ def run_benchmark(
             if opts.ablation
             else None
         ),
+        epochs_note=(
+            "epoch budgets " + ", ".join(map(str, frontier_epochs)) + " (--frontier)"
+            if opts.frontier
+            else None
+        ),
     )
     if opts.frontier:
         from attnce_bench import frontier

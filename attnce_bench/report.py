@@ -425,8 +425,12 @@ def bench_markdown(
     versions: str,
     when: str,
     ablation_base: Optional[str] = None,
+    epochs_note: Optional[str] = None,
 ) -> str:
-    """The benchmark's ``results.md``: header, tables, the runs' overrides, notes."""
+    """The benchmark's ``results.md``: header, tables, the runs' overrides, notes.
+
+    ``epochs_note`` replaces "<epochs> epochs (equal-epoch)" in the header (the frontier's runs
+    have several budgets)."""
     rows = aggregate(results)
     header = "\n".join(
         [
@@ -437,7 +441,8 @@ def bench_markdown(
             f"- machine: {machine}",
             f"- software: {versions}",
             f"- data: {data_note}",
-            f"- budget: {epochs} epochs (equal-epoch), batch {budget.batch_size}, seeds "
+            f"- budget: {epochs_note or f'{epochs} epochs (equal-epoch)'}, batch "
+            f"{budget.batch_size}, seeds "
             f"{', '.join(map(str, seeds))}; each run is a shipped config plus the overrides below "
             "(its `config.yaml` and `command.sh` are in `runs/*/*/seed*/`)",
         ]
@@ -459,11 +464,16 @@ def bench_markdown(
 
 def overrides_section(results: Sequence[Any]) -> str:
     """Which shipped config each kind of run used, and its overrides (the output folder shown as
-    ``<out>``, seed-specific values as ``<seed>``)."""
+    ``<out>``, seed-specific values as ``<seed>``, and, for a row trained at several epoch
+    budgets as the frontier's are, the budget as ``<epochs>``)."""
     seen: Dict[str, Tuple[str, List[str]]] = {}
+    budgets: Dict[str, set] = {}
     for r in results:
         run_dir = _get(r, "run_dir")
-        if not run_dir or _get(r, "label") in seen:
+        label = str(_get(r, "label"))
+        if run_dir and _get(r, "epochs") is not None:
+            budgets.setdefault(label, set()).add(int(_get(r, "epochs")))
+        if not run_dir or label in seen:
             continue
         path = Path(run_dir) / "config.yaml"
         if not path.is_file():
@@ -478,15 +488,33 @@ def overrides_section(results: Sequence[Any]) -> str:
             else None
         )
         lines = [ln.replace(out, "<out>") if out else ln for ln in lines]
-        # One run per row is read; its seed-specific values stand for every seed's.
+        # One run per row is read; its seed-specific values (the run's name and folders, not the
+        # data subset's "_seed0") stand for every seed's.
         overrides = [
-            re.sub(r"seed\d+", "seed<seed>", re.sub(r"^\+\+seed=\d+$", "++seed=<seed>", ln[4:]))
+            re.sub(
+                r"(?<=[-/])seed\d+",
+                "seed<seed>",
+                re.sub(r"^\+\+seed=\d+$", "++seed=<seed>", ln[4:]),
+            )
             for ln in lines[1:]
             if ln.startswith("#   ")
         ]
-        seen[str(_get(r, "label"))] = (name, overrides)
+        seen[label] = (name, overrides)
     if not seen:
         return ""
+    for label, (name, overrides) in seen.items():
+        if len(budgets.get(label, ())) > 1:
+            seen[label] = (
+                name,
+                [
+                    re.sub(
+                        r"/e\d+/",
+                        "/e<epochs>/",
+                        re.sub(r"^\+\+max_epochs=\d+$", "++max_epochs=<epochs>", o),
+                    )
+                    for o in overrides
+                ],
+            )
     common = set.intersection(*(set(o) for _, o in seen.values()))
     out = [
         "## Configs",
@@ -500,6 +528,9 @@ def overrides_section(results: Sequence[Any]) -> str:
     out += ["", "| row | config | its own overrides |", "|---|---|---|"]
     for label, (name, overrides) in seen.items():
         own = " ".join(f"`{o}`" for o in overrides if o not in common) or "none"
+        several = sorted(budgets.get(label, ()))
+        if len(several) > 1:
+            own += " (`<epochs>`: " + ", ".join(map(str, several)) + ")"
         out.append(f"| {label} | `{name}` | {own} |")
     return "\n".join(out) + "\n"
 

@@ -106,6 +106,9 @@ def test_frontier_smoke_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
     for label in ("SimCLR", "MoCo v3 + AttentionNCE (M=4)"):
         for epochs in (1, 2):
             assert f"| {label} | {epochs} | 1 |" in md
+    assert "- budget: epoch budgets 1, 2 (--frontier), batch" in md
+    assert "| SimCLR | `pretrain/cifar/attentionnce.yaml` |" in md
+    assert "`++max_epochs=<epochs>`" in md and "(`<epochs>`: 1, 2)" in md
     runs = json.loads((out / "results.json").read_text())
     assert len(runs) == 4 and all(r["status"] == "ok" for r in runs)
     assert {r["epochs"] for r in runs} == {1, 2}

@@ -77,3 +77,60 @@ def test_plot_writes_png(tmp_path: Path) -> None:
     rows = report.aggregate([_row("SimCLR", 0, 70.0), _row("SimCLR", 1, 72.0)])
     path = report.plot(rows, tmp_path / "r.png", "t")
     assert path is not None and path.read_bytes()[:4] == b"\x89PNG"
+
+
+def _run_dir(out: Path, label: str, epochs: int, seed: int, data_seed: int = 0) -> Path:
+    """A run folder with the header of config.yaml as compose.py writes it."""
+    run_dir = out / "runs" / "frontier" / label / f"e{epochs}" / f"seed{seed}"
+    run_dir.mkdir(parents=True)
+    data = out / "data" / f"fashion-mnist_32px_train1200_val1000_seed{data_seed}"
+    (run_dir / "config.yaml").write_text(
+        "\n".join(
+            [
+                "# pretrain/cifar/attentionnce.yaml from pkg://attnce_plugin.configs, overrides:",
+                f"#   ++data.train_path={data}/train",
+                f"#   ++seed={seed}",
+                f"#   ++max_epochs={epochs}",
+                f"#   ++name=simclr-fashion_mnist-seed{seed}",
+                f"#   ++checkpoint.dir={run_dir}/ckpt",
+                "method: attentionnce",
+            ]
+        )
+        + "\n"
+    )
+    return run_dir
+
+
+def test_overrides_keep_the_data_seed_and_show_several_budgets(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    results = [
+        _row(
+            "SimCLR",
+            seed,
+            50.0,
+            comparison="frontier",
+            epochs=epochs,
+            run_dir=str(_run_dir(out, "SimCLR", epochs, seed)),
+        )
+        for epochs in (2, 4)
+        for seed in (1, 2)
+    ] + [
+        _row(
+            "MoCo v3",
+            1,
+            50.0,
+            comparison="frontier",
+            epochs=4,
+            run_dir=str(_run_dir(out, "MoCo-v3", 4, 1)),
+        )
+    ]
+    text = report.overrides_section(results)
+    # The data subset's seed is not a run's seed: it stays as written.
+    assert "<out>/data/fashion-mnist_32px_train1200_val1000_seed0/train" in text
+    assert "++seed=<seed>" in text and "simclr-fashion_mnist-seed<seed>" in text
+    simclr = next(line for line in text.splitlines() if line.startswith("| SimCLR |"))
+    assert "`++max_epochs=<epochs>`" in simclr and "(`<epochs>`: 2, 4)" in simclr
+    assert "/runs/frontier/SimCLR/e<epochs>/seed<seed>/ckpt" in simclr
+    moco = next(line for line in text.splitlines() if line.startswith("| MoCo v3 |"))
+    # One budget: the value itself, and no budget list.
+    assert "`++max_epochs=4`" in moco and "<epochs>" not in moco
