@@ -191,6 +191,44 @@ def verdicts(
     return out
 
 
+#: The curves that are solo-learn's own methods; every other variant uses AttentionNCE.
+BASELINES: Tuple[str, ...] = ("SimCLR", "MoCo v3")
+
+
+@dataclass
+class FamilyVerdict:
+    """The best AttentionNCE variant against the best baseline at one time budget."""
+
+    budget: float
+    baseline: Optional[Point]
+    attention: Optional[Point]
+    gap: Optional[float]
+    is_clear: Optional[bool]
+
+
+def family_verdicts(
+    points: Sequence[Point], metric: str = "knn_acc1", budgets: Optional[Sequence[float]] = None
+) -> List[FamilyVerdict]:
+    """At each time budget, the best AttentionNCE point against the best baseline point (SimCLR
+    or MoCo v3); ``gap`` is AttentionNCE minus baseline, ``is_clear`` whether ``|gap|`` exceeds the
+    two stds added (the sign says who leads)."""
+    out = []
+    for budget in budgets if budgets is not None else budget_grid(points):
+        best = best_within(points, budget, metric)
+        sides = []
+        for is_base in (True, False):
+            own = [p for p in best.values() if (p.label in BASELINES) == is_base]
+            sides.append(max(own, key=lambda p: p.stats[metric][0]) if own else None)
+        base, attn = sides
+        gap = is_clear = None
+        if base is not None and attn is not None:
+            gap = attn.stats[metric][0] - base.stats[metric][0]
+            a, b = (attn, base) if gap >= 0 else (base, attn)
+            is_clear = clear(a.stats[metric], b.stats[metric])
+        out.append(FamilyVerdict(budget, base, attn, gap, is_clear))
+    return out
+
+
 def crossings(found: Sequence[Verdict]) -> List[str]:
     """Where the leader changes from one budget to the next."""
     out = []
@@ -259,6 +297,35 @@ def markdown(results: Sequence[Any]) -> str:
         cross = crossings(found)
         parts += [
             "Leader changes (curves crossing): " + ("; ".join(cross) if cross else "none") + ".",
+            "",
+        ]
+        frows = []
+        for f in family_verdicts(points, attr):
+            lead = (
+                "n/a"
+                if f.is_clear is None
+                else ("AttentionNCE" if f.gap >= 0 else "baseline")
+                + (" ahead, clear" if f.is_clear else " ahead, not clear")
+            )
+            frows.append(
+                [
+                    f"{f.budget:.0f}",
+                    _point_label(f.baseline),
+                    "n/a" if f.baseline is None else fmt_mean_std(f.baseline.stats[attr]),
+                    _point_label(f.attention),
+                    "n/a" if f.attention is None else fmt_mean_std(f.attention.stats[attr]),
+                    "n/a" if f.gap is None else f"{f.gap:+.1f}",
+                    lead,
+                ]
+            )
+        parts += [
+            f"Best AttentionNCE variant against the best of SimCLR and MoCo v3, {title}:",
+            "",
+            table(
+                ["budget s", "best baseline", "its accuracy", "best AttentionNCE", "its accuracy"]
+                + ["gap (points)", "lead"],
+                frows,
+            ),
             "",
         ]
     return "\n".join(parts)

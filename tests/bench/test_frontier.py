@@ -113,3 +113,39 @@ def test_frontier_smoke_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
     assert len(runs) == 4 and all(r["status"] == "ok" for r in runs)
     assert {r["epochs"] for r in runs} == {1, 2}
     assert (out / "frontier.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_family_verdict_compares_best_attentionnce_with_best_baseline() -> None:
+    results = [
+        _run("SimCLR", 2, 0, 10, 50.0),
+        _run("SimCLR", 2, 1, 10, 52.0),
+        _run("MoCo v3", 2, 0, 12, 44.0),
+        _run("MoCo v3", 2, 1, 12, 46.0),
+        _run("AttentionNCE (M=1)", 2, 0, 14, 49.0),
+        _run("AttentionNCE (M=1)", 2, 1, 14, 50.0),
+        _run("AttentionNCE (M=4)", 2, 0, 30, 60.0),
+        _run("AttentionNCE (M=4)", 2, 1, 30, 61.0),
+        _run("MoCo v3 + AttentionNCE (M=4)", 2, 0, 20, 53.0),
+        _run("MoCo v3 + AttentionNCE (M=4)", 2, 1, 20, 54.0),
+    ]
+    points = frontier.frontier_points(results)
+    found = frontier.family_verdicts(points, budgets=[11, 15, 25, 40])
+    # 11 s: SimCLR only.
+    assert found[0].baseline.label == "SimCLR" and found[0].attention is None
+    assert found[0].gap is None and found[0].is_clear is None
+    # 15 s: M=1 (49.5 ± 0.71) behind SimCLR (51 ± 1.41) by 1.5 < 2.12: baseline ahead, not clear.
+    assert found[1].attention.label == "AttentionNCE (M=1)"
+    assert found[1].gap == pytest.approx(-1.5) and found[1].is_clear is False
+    # 25 s: the MoCo form counts as AttentionNCE: 53.5 against SimCLR's 51: +2.5 > 2.12, clear.
+    assert found[2].attention.label == "MoCo v3 + AttentionNCE (M=4)"
+    assert found[2].gap == pytest.approx(2.5) and found[2].is_clear is True
+    # 40 s: M=4 against the best baseline, SimCLR, not MoCo v3.
+    assert found[3].baseline.label == "SimCLR" and found[3].attention.label == "AttentionNCE (M=4)"
+    assert found[3].gap == pytest.approx(9.5)
+    md = frontier.markdown(results)
+    assert "Best AttentionNCE variant against the best of SimCLR and MoCo v3, online kNN" in md
+    # The report's own budget grid ends at the slowest point, 30 s.
+    assert (
+        "| 30 | SimCLR, 2 ep | 51.0 ± 1.4 | AttentionNCE (M=4), 2 ep | 60.5 ± 0.7 | +9.5 | "
+        "AttentionNCE ahead, clear |"
+    ) in md
