@@ -108,7 +108,7 @@ def test_frontier_smoke_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
             assert f"| {label} | {epochs} | 1 |" in md
     assert "- budget: epoch budgets 1, 2 (--frontier), batch" in md
     assert "| SimCLR | `pretrain/cifar/attentionnce.yaml` |" in md
-    assert "`++max_epochs=<epochs>`" in md and "(`<epochs>`: 1, 2)" in md
+    assert "    ++max_epochs=<epochs>\n" in md and "(`<epochs>`: 1, 2)" in md
     runs = json.loads((out / "results.json").read_text())
     assert len(runs) == 4 and all(r["status"] == "ok" for r in runs)
     assert {r["epochs"] for r in runs} == {1, 2}
