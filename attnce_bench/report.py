@@ -13,7 +13,7 @@ import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 #: Accuracy metrics: (RunResult attribute, column title).
 METRICS: Tuple[Tuple[str, str], ...] = (
@@ -467,7 +467,7 @@ def overrides_section(results: Sequence[Any]) -> str:
     ``<out>``, seed-specific values as ``<seed>``, and, for a row trained at several epoch
     budgets as the frontier's are, the budget as ``<epochs>``)."""
     seen: Dict[str, Tuple[str, List[str]]] = {}
-    budgets: Dict[str, set] = {}
+    budgets: Dict[str, Set[int]] = {}
     for r in results:
         run_dir = _get(r, "run_dir")
         label = str(_get(r, "label"))
