@@ -20,6 +20,7 @@ require_solo()
 
 import lightning.pytorch as pl  # noqa: E402
 from helpers.configs import compose_pretrain_cfg  # noqa: E402
+from helpers.trainer import cpu_trainer  # noqa: E402
 
 from attnce_bench import report  # noqa: E402
 from attnce_bench.probe import offline_health  # noqa: E402
@@ -102,14 +103,7 @@ def test_anchor_mean_training_logs_health_of_a_capped_random_subset(tiny_image_f
     val_x = torch.randn(12, 3, 32, 32, generator=g)
     val = [[val_x[i : i + 4], torch.randint(0, 5, (4,), generator=g)] for i in range(0, 12, 4)]
     no_grad = _NoGrad()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+    trainer = cpu_trainer(
         num_sanity_val_steps=0,
         callbacks=[no_grad],
     )
@@ -209,14 +203,7 @@ def test_moco_form_logs_health_with_its_loss_in_nats(tiny_image_folder):
         ]
     ]
     val = [[torch.randn(4, 3, size, size, generator=g), torch.randint(0, 5, (4,), generator=g)]]
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+    trainer = cpu_trainer(
         num_sanity_val_steps=0,
     )
     loader = lambda data: torch.utils.data.DataLoader(data, batch_size=None)  # noqa: E731

@@ -42,6 +42,7 @@ from helpers.configs import compose_pretrain_cfg as _tiny_cfg  # noqa: E402
 from helpers.configs import pretrain_argv  # noqa: E402
 from helpers.images import make_image_folder  # noqa: E402
 from helpers.scripts import find_checkpoints, run_script, subprocess_env  # noqa: E402
+from helpers.trainer import cpu_trainer  # noqa: E402
 from solo.utils.checkpointer import Checkpointer  # noqa: E402
 from torchvision.datasets import ImageFolder  # noqa: E402
 
@@ -196,14 +197,7 @@ def _loader(batches) -> torch.utils.data.DataLoader:
 
 
 def _trainer(callbacks=()) -> pl.Trainer:
-    return pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+    return cpu_trainer(
         callbacks=list(callbacks),
     )
 

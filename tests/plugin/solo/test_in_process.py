@@ -21,6 +21,7 @@ import solo.args.pretrain as solo_pretrain_args  # noqa: E402
 import solo.methods  # noqa: E402
 from helpers.configs import batches as _batches  # noqa: E402
 from helpers.configs import compose_pretrain_cfg as _tiny_cfg  # noqa: E402
+from helpers.trainer import cpu_trainer  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from attnce_plugin.configs import config_dir  # noqa: E402
@@ -165,14 +166,7 @@ class _Recorder(pl.Callback):
 
 def _fit(model: pl.LightningModule, batches, seed: int = 5) -> _Recorder:
     recorder = _Recorder()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+    trainer = cpu_trainer(
         callbacks=[recorder],
         deterministic=True,
     )
@@ -180,6 +174,21 @@ def _fit(model: pl.LightningModule, batches, seed: int = 5) -> _Recorder:
     # batch_size=None: the loader yields our ready-made batches as they are, in order.
     trainer.fit(model, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
     return recorder
+
+
+def _assert_trains_like_solo(ours: pl.LightningModule, reference: pl.LightningModule, batches):
+    """Same initial weights, then bit-identical losses at each of 3 steps and weights after them;
+    solo-learn's method sees only the 2 anchor crops of each batch."""
+    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2), k1
+
+    ours_rec = _fit(ours, batches)
+    ref_rec = _fit(reference, [[i, crops[:2], y] for i, crops, y in batches])
+    assert len(ref_rec.losses) == 3
+    for step, (a, b) in enumerate(zip(ours_rec.losses, ref_rec.losses)):
+        assert torch.equal(a, b), f"step {step}: ours {a.item()} vs solo {b.item()}"
+    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
+        assert torch.equal(v1, v2), f"after training, {k1} differs"
 
 
 def test_mocov3_flag_reproduces_solo_mocov3_step_for_step(tiny_image_folder):
@@ -202,16 +211,7 @@ def test_mocov3_flag_reproduces_solo_mocov3_step_for_step(tiny_image_folder):
     ours = MoCoV3AttentionNCE(ours_cfg)
     pl.seed_everything(5)
     reference = solo.methods.MoCoV3(solo_cfg)
-    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
-        assert k1 == k2 and torch.equal(v1, v2), k1
-
-    ours_rec = _fit(ours, batches)
-    ref_rec = _fit(reference, [[i, crops[:2], y] for i, crops, y in batches])
-    assert len(ref_rec.losses) == 3
-    for step, (a, b) in enumerate(zip(ours_rec.losses, ref_rec.losses)):
-        assert torch.equal(a, b), f"step {step}: ours {a.item()} vs solo {b.item()}"
-    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
-        assert torch.equal(v1, v2), f"after training, {k1} differs"
+    _assert_trains_like_solo(ours, reference, batches)
 
 
 def test_simclr_flag_reproduces_solo_simclr_step_for_step(tiny_image_folder):
@@ -233,16 +233,7 @@ def test_simclr_flag_reproduces_solo_simclr_step_for_step(tiny_image_folder):
     ours = AttentionNCE(ours_cfg)
     pl.seed_everything(5)
     reference = solo.methods.SimCLR(solo_cfg)
-    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
-        assert k1 == k2 and torch.equal(v1, v2), k1
-
-    ours_rec = _fit(ours, batches)
-    ref_rec = _fit(reference, [[i, crops[:2], y] for i, crops, y in batches])
-    assert len(ref_rec.losses) == 3
-    for step, (a, b) in enumerate(zip(ours_rec.losses, ref_rec.losses)):
-        assert torch.equal(a, b), f"step {step}: ours {a.item()} vs solo {b.item()}"
-    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
-        assert torch.equal(v1, v2), f"after training, {k1} differs"
+    _assert_trains_like_solo(ours, reference, batches)
 
 
 @pytest.mark.parametrize(
