@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 #: (mean, sample std); std is None with fewer than 2 values, mean None with none.
 MeanStd = Tuple[Optional[float], Optional[float]]
@@ -85,3 +86,206 @@ def line_plot(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+# ------------------------------------------------------------------ the benchmark's results.md
+
+#: (result attribute, column title) of the accuracies, then of the representation health.
+METRICS: Tuple[Tuple[str, str], ...] = (
+    ("knn_acc1", "online kNN top-1 %"),
+    ("linear_acc1", "online linear top-1 %"),
+    ("offline_knn_acc1", "offline kNN top-1 %"),
+    ("offline_acc1", "offline linear top-1 %"),
+)
+HEALTH: Tuple[Tuple[str, str], ...] = (
+    ("offline_uniformity", "uniformity (lower = more spread)"),
+    ("offline_eff_rank", "effective rank"),
+)
+
+NOTES = (
+    "online kNN (k=20) and online linear: solo-learn's, inside main_pretrain.py, on the validation "
+    "images after the last epoch (the kNN's bank: the last epoch's augmented anchor crops).",
+    "offline kNN and linear: frozen backbone features of the un-augmented training and validation "
+    "images at the crop size (benchmarks/probe.py): solo-learn's weighted kNN rule (k=20, cosine, "
+    "T=0.07) and softmax regression (L-BFGS, L2 picked on a 20 % hold-out). 'random init' is the "
+    "untrained backbone (one per seed), 'raw pixels' the normalised images themselves.",
+    "s / epoch: training time of an epoch (first batch to last, validation excluded), mean over "
+    "epochs and seeds; train s: a run's total. peak mem: peak summed PSS of the main_pretrain.py "
+    "process tree (dataloader workers included), max over seeds.",
+    "± is the sample std over seeds. A gap is clear when it exceeds the two stds added "
+    "(benchmarks/report.py: clear).",
+)
+
+
+@dataclass
+class Row:
+    """One label of one comparison, over its seeds."""
+
+    comparison: str
+    label: str
+    seeds: List[int]
+    failed: List[int]
+    epochs: List[int]
+    stats: Dict[str, MeanStd]
+    matched_to: Optional[str] = None
+    run_dir: str = ""
+
+
+def get(result: Any, name: str) -> Any:
+    """An attribute of a result object or a key of its ``result.json`` dict."""
+    return result.get(name) if isinstance(result, dict) else getattr(result, name, None)
+
+
+def aggregate(results: Iterable[Any]) -> List[Row]:
+    """Results grouped by (comparison, label) in first-seen order, with mean ± std over the
+    successful seeds of every metric, ``seconds_per_epoch``, ``train_seconds``; peak memory is the
+    max."""
+    groups: Dict[Tuple[str, str], List[Any]] = {}
+    for r in results:
+        groups.setdefault((get(r, "comparison"), get(r, "label")), []).append(r)
+    rows = []
+    for (comparison, label), runs in groups.items():
+        ok = [r for r in runs if get(r, "status") == "ok"]
+        stats = {
+            a: mean_std([get(r, a) for r in ok])
+            for a in [m for m, _ in METRICS + HEALTH] + ["seconds_per_epoch", "train_seconds"]
+        }
+        mems = [get(r, "peak_mem_mib") for r in ok if get(r, "peak_mem_mib") is not None]
+        stats["peak_mem_mib"] = (max(mems) if mems else None, None)
+        rows.append(
+            Row(
+                comparison, label, [int(get(r, "seed")) for r in ok],
+                [int(get(r, "seed")) for r in runs if get(r, "status") != "ok"],
+                sorted({int(get(r, "epochs")) for r in ok}), stats,
+                get(runs[0], "matched_to"), next((get(r, "run_dir") for r in ok), ""),
+            )
+        )  # fmt: skip
+    return rows
+
+
+def _num(value: Optional[float], digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def rows_table(rows: Sequence[Row], columns: Sequence[Tuple[str, str]] = METRICS) -> str:
+    """Rows as a markdown table: label, epochs, seeds, ``columns`` as mean ± std, time, memory."""
+    head = ["method", "epochs", "seeds", *[t for _, t in columns], "s / epoch", "train s"]
+    head += ["peak mem MiB"]
+    body = []
+    for r in rows:
+        seeds = ",".join(map(str, r.seeds)) or "-"
+        if r.failed:
+            seeds += f" (failed: {','.join(map(str, r.failed))})"
+        body.append(
+            [r.label, ",".join(map(str, r.epochs)) or "-", seeds]
+            + [fmt(r.stats[a], 2 if a == "offline_uniformity" else 1) for a, _ in columns]
+            + [_num(r.stats["seconds_per_epoch"][0]), _num(r.stats["train_seconds"][0], 0)]
+            + [_num(r.stats["peak_mem_mib"][0], 0)]
+        )
+    return table(head, body)
+
+
+def _equal_time(rows: Sequence[Row]) -> List[Row]:
+    """Each equal-time baseline followed by the row whose training time it matched."""
+    by_label = {r.label: r for r in rows if r.comparison == "equal-epoch"}
+    out: List[Row] = []
+    for r in (r for r in rows if r.comparison == "equal-time"):
+        out.append(r)
+        target = by_label.get(r.matched_to or "")
+        if target is not None and target not in out:
+            out.append(target)
+    return out
+
+
+def configs_section(rows: Sequence[Row]) -> str:
+    """Each row's shipped config and overrides, as its ``config.yaml`` header lists them, with
+    the output folder shown as ``<out>`` and seed-specific values as ``<seed>``."""
+    import re
+
+    seen: Dict[str, Tuple[str, List[str]]] = {}
+    for r in rows:
+        path = Path(r.run_dir or "/nonexistent") / "config.yaml"
+        if r.label in seen or not path.is_file():
+            continue
+        lines = path.read_text().splitlines()
+        parts = Path(r.run_dir).parts
+        out = (
+            str(Path(*parts[: len(parts) - parts[::-1].index("runs") - 1]))
+            if "runs" in parts
+            else "\0"
+        )
+        ovr = [
+            re.sub(r"(?<=[-/=])seed\d+|(?<=^\+\+seed=)\d+", lambda m: "<seed>" if m.group().isdigit() else "seed<seed>", ln[4:].replace(out, "<out>"))
+            for ln in lines[1:] if ln.startswith("#   ")
+        ]  # fmt: skip
+        seen[r.label] = (lines[0][2:].split(" from ")[0], ovr)
+    if not seen:
+        return ""
+    common = set.intersection(*(set(o) for _, o in seen.values()))
+    first = next(iter(seen.values()))[1]
+    lines = [
+        "## Configs", "",
+        "Every run is `main_pretrain.py --config-path pkg://attnce_plugin.configs --config-name "
+        "<config> <overrides>`. Overrides of every run:", "",
+        *[f"    {o}" for o in first if o in common], "",
+        "| row | config | its own overrides |", "|---|---|---|",
+    ]  # fmt: skip
+    for label, (name, ovr) in seen.items():
+        own = " ".join(f"`{o}`" for o in ovr if o not in common) or "none"
+        lines.append(f"| {label} | `{name}` | {own} |")
+    return "\n".join(lines) + "\n"
+
+
+def bench_markdown(results: Sequence[Any], header: Sequence[str]) -> str:
+    """``results.md``: the header lines, one table per comparison present, configs, notes."""
+    rows = aggregate(results)
+    parts = ["# Benchmark results", "", *[f"- {h}" for h in header], ""]
+    sections = (
+        ("Equal epochs", "Every method for the same epochs, batch size and seeds; the untrained "
+         "backbone and the raw pixels on the same images last.", ("equal-epoch", "reference")),
+        ("Equal wall-clock", "Each baseline retrained for as many epochs as fit in the training "
+         "time of the row under it (timed on the first seed's equal-epoch runs).", ("equal-time",)),
+        ("Ablation", "One setting varied at a time around the shipped one.", ("ablation",)),
+    )  # fmt: skip
+    for title, text, kinds in sections:
+        chosen = _equal_time(rows) if kinds == ("equal-time",) else [
+            r for r in rows if r.comparison in kinds
+        ]  # fmt: skip
+        if chosen:
+            parts += [f"## {title}", "", text, "", rows_table(chosen), ""]
+    healthy = [r for r in rows if r.comparison not in ("frontier",) and r.seeds]
+    if any(r.stats["offline_eff_rank"][0] is not None for r in healthy):
+        parts += ["## Representation health", "", "Frozen backbone features of the validation "
+                  "images (at most 2048): uniformity (Wang & Isola, 2020) and effective rank of "
+                  "their covariance (Roy & Vetterli, 2007).", "", rows_table(healthy, HEALTH), ""]  # fmt: skip
+    parts.append(configs_section(rows))
+    failed = [r for r in results if get(r, "status") != "ok"]
+    notes = list(NOTES) + [
+        f"FAILED or skipped: {get(r, 'key')}: {(get(r, 'error') or '?').strip().splitlines()[-1]}"
+        for r in failed
+    ]
+    return "\n".join(parts) + "\n## Notes\n\n" + "".join(f"- {n}\n" for n in notes)
+
+
+def write_outputs(results: Sequence[Any], markdown: str, out: Path, title: str) -> None:
+    """``results.md``, ``runs.csv`` (one line per run), ``results.json`` and ``results.png``
+    (each row's accuracies against its training time)."""
+    import csv
+    import json
+    from dataclasses import asdict
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.md").write_text(markdown)
+    dicts = [r if isinstance(r, dict) else asdict(r) for r in results]
+    (out / "results.json").write_text(json.dumps(dicts, indent=2) + "\n")
+    fields = list(dicts[0]) if dicts else []
+    with (out / "runs.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows({k: v for k, v in d.items() if k != "settings"} for d in dicts)
+    rows = [r for r in aggregate(results) if r.stats["train_seconds"][0] is not None]
+    series = {
+        f"{r.label} [{r.comparison}]": [(r.stats["train_seconds"][0], r.stats["knn_acc1"])]
+        for r in rows
+    }
+    line_plot(series, out / "results.png", title, "training seconds", "online kNN top-1 %")

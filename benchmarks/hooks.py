@@ -1,0 +1,60 @@
+"""The one change the benchmark makes inside solo-learn's ``main_pretrain.py``: validation images
+at the training size.
+
+For ``custom`` datasets solo-learn always validates at Resize(256) + CenterCrop(224): 32 px images
+would be upscaled to 224 px (~49x the compute, and features unlike the training crops). The runner
+declares :class:`ValidateAtTrainSize` under ``hydra.callbacks``; Hydra builds it before the task
+function runs, in every process. Everything else a run records comes from the plugin's own
+recorder (``diagnostics.record``), not from hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from hydra.experimental.callback import Callback as HydraCallback
+
+
+def _patch_custom_val_transform(size: int, mean: Any, std: Any) -> None:
+    """Replace solo-learn's ``build_custom_pipeline`` by the same pipeline at ``size`` px.
+
+    Follows ``solo/data/classification_dataloader.py:build_custom_pipeline``; its caller
+    ``prepare_transforms`` looks the name up in the module's globals at call time.
+    """
+    import solo.data.classification_dataloader as cls_data
+    from torchvision import transforms
+
+    def build_custom_pipeline() -> Dict[str, Any]:
+        resize = transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC)
+        tail = [transforms.ToTensor(), transforms.Normalize(mean=mean, std=std)]
+        return {
+            # T_train is only used by main_linear.py; the same size, so it would not upscale.
+            "T_train": transforms.Compose(
+                [
+                    transforms.RandomResizedCrop(size, scale=(0.08, 1.0)),
+                    transforms.RandomHorizontalFlip(),
+                    *tail,
+                ]
+            ),
+            "T_val": transforms.Compose([resize, transforms.CenterCrop(size), *tail]),
+        }
+
+    cls_data.build_custom_pipeline = build_custom_pipeline
+
+
+class ValidateAtTrainSize(HydraCallback):
+    """Hydra callback (``hydra.callbacks.bench``): ``custom`` data validated at ``size`` px."""
+
+    def __init__(self, size: int) -> None:
+        if int(size) < 1:
+            raise ValueError(f"hydra.callbacks.bench.size={size}: must be a positive image size")
+        self.size = int(size)
+
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+        # solo's pretraining normalisation for custom data: the first pipeline's, else ImageNet's.
+        first = config.augmentations[0] if "augmentations" in config else {}
+        mean = tuple(first.get("mean", IMAGENET_DEFAULT_MEAN))
+        std = tuple(first.get("std", IMAGENET_DEFAULT_STD))
+        _patch_custom_val_transform(self.size, mean, std)
