@@ -348,7 +348,7 @@ def load_result(run_dir: Path, digest: Optional[str] = None) -> Optional[Result]
     if data.get("status") != "ok":
         return None
     known = Result.__dataclass_fields__
-    return Result(**{k: v for k, v in data.items() if k in known}, reused=True)
+    return Result(**{k: v for k, v in data.items() if k in known and k != "reused"}, reused=True)
 
 
 def probe_into(result: Result, make_backbone: Callable[[], Any], budget: Budget, cfg: Any) -> None:

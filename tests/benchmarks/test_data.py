@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers.images import write_fake_fashion_mnist
 
-from attnce_bench.data import (
+from benchmarks.data import (
     CLASS_NAMES,
     DatasetMissingError,
     prepare_fashion_mnist,

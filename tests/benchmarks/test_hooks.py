@@ -1,0 +1,36 @@
+"""The benchmark's one change inside main_pretrain.py: validation at the training size
+(benchmarks/hooks.py), tested in-process."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnce_plugin.solo_compat import require_solo
+
+require_solo()  # loudly: these tests need solo-learn
+
+
+def test_custom_val_transform_is_at_training_size() -> None:
+    import solo.data.classification_dataloader as cls_data
+    from PIL import Image
+
+    from benchmarks.hooks import _patch_custom_val_transform
+
+    original = cls_data.build_custom_pipeline
+    try:
+        _, t_val = cls_data.prepare_transforms("custom")
+        assert t_val(Image.new("RGB", (32, 32))).shape == (3, 224, 224)  # solo's default
+        _patch_custom_val_transform(32, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+        _, t_val = cls_data.prepare_transforms("custom")
+        out = t_val(Image.new("RGB", (32, 32), (128, 128, 128)))
+        assert out.shape == (3, 32, 32)
+        assert abs(float(out.mean()) - (128 / 255 - 0.5) / 0.25) < 1e-4  # our normalisation
+    finally:
+        cls_data.build_custom_pipeline = original
+
+
+def test_bad_size_is_refused() -> None:
+    from benchmarks.hooks import ValidateAtTrainSize
+
+    with pytest.raises(ValueError, match="hydra.callbacks.bench.size"):
+        ValidateAtTrainSize(0)

@@ -1,0 +1,135 @@
+"""Each run is a shipped config plus visible overrides, reused only when identical
+(benchmarks/runner.py). Composes configs; trains nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+import attnce_plugin
+from benchmarks.runner import (
+    BenchConfigError,
+    Budget,
+    Data,
+    Result,
+    load_result,
+    parse_set,
+    prepare,
+    read_record,
+    save_result,
+)
+from benchmarks.runs import METHODS, Run
+
+
+def _budget(tmp_path: Path, *sets: str) -> Budget:
+    data = Data("fashion_mnist", str(tmp_path / "train"), str(tmp_path / "val"), "")
+    return Budget(data, batch_size=8, num_workers=0, sets=sets)
+
+
+def _shipped(name: str):
+    with initialize_config_module("attnce_plugin.configs", version_base="1.2"):
+        cfg = compose(name)
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def _flat(cfg) -> dict:
+    def walk(node, prefix=""):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from walk(v, f"{prefix}{k}.")
+        else:
+            yield prefix[:-1], node
+
+    return dict(walk(OmegaConf.to_container(cfg)))
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_run_differs_from_its_shipped_config_only_where_its_overrides_say(tmp_path, method):
+    prep = prepare(Run("row", method, "equal-epoch", 3, 2), _budget(tmp_path), tmp_path)
+    assert prep.config == f"pretrain/cifar/{METHODS[method][0]}.yaml"
+    shipped, run = _flat(_shipped(prep.config)), _flat(prep.resolved)
+    keys = {o.lstrip("+~").split("=")[0] for o in prep.overrides}
+    changed = {k for k in shipped.keys() | run.keys() if shipped.get(k) != run.get(k)}
+    # trainer=cpu is a config group; the views' interpolations feed augmentations.*.
+    explained = {k for k in changed if any(k == o or k.startswith(o + ".") for o in keys)}
+    group = {"accelerator", "devices", "strategy", "sync_batchnorm", "precision"}
+    group |= {"num_sanity_val_steps"}
+    rest = {k for k in changed - explained - group if not k.startswith("augmentations")}
+    assert rest == set(), rest
+    assert run["seed"] == 3 and run["max_epochs"] == 2 and run["accelerator"] == "cpu"
+    assert run["diagnostics.record"] == str(prep.run_dir / "record.jsonl")
+    assert prep.command[2:6] == [
+        "--config-path", "pkg://attnce_plugin.configs", "--config-name", prep.config
+    ]  # fmt: skip
+
+
+def test_baselines_are_the_attentionnce_configs_with_solo_losses_and_no_positives(tmp_path):
+    for method, loss in (("simclr", "simclr"), ("mocov3", "mocov3")):
+        cfg = prepare(Run("b", method, "equal-epoch", 0, 1), _budget(tmp_path), tmp_path).resolved
+        assert cfg.method_kwargs.loss == loss and cfg.views.num_positives == 0
+        assert sum(a.num_crops for a in cfg.augmentations) == 2  # the 2 anchor views only
+
+
+def test_set_values_come_last_and_only_for_their_method(tmp_path):
+    b = _budget(tmp_path, "optimizer.lr=0.3", "attentionnce:method_kwargs.d_neg=1")
+    att = prepare(Run("a", "attentionnce", "x", 0, 1), b, tmp_path)
+    sim = prepare(Run("s", "simclr", "x", 0, 1), b, tmp_path)
+    assert att.resolved.optimizer.lr == sim.resolved.optimizer.lr == 0.3
+    assert att.resolved.method_kwargs.d_neg == 1 and sim.resolved.method_kwargs.d_neg == 10
+    assert att.overrides[-1] == "++method_kwargs.d_neg=1"
+
+
+@pytest.mark.parametrize("text", ["no_equals", "=1", "byol:optimizer.lr=1"])
+def test_bad_set_is_refused(text):
+    with pytest.raises(BenchConfigError, match="--set"):
+        parse_set(text)
+
+
+def test_bad_override_is_refused_with_hydras_reason(tmp_path):
+    b = _budget(tmp_path)
+    b.overrides = ["method_kwargs=["]
+    with pytest.raises(BenchConfigError, match="pretrain/cifar/attentionnce.yaml"):
+        prepare(Run("a", "attentionnce", "x", 0, 1), b, tmp_path)
+
+
+def test_config_yaml_and_command_name_their_source(tmp_path):
+    prep = prepare(Run("a", "attentionnce", "x", 0, 1), _budget(tmp_path), tmp_path)
+    prep.write()
+    lines = (prep.run_dir / "config.yaml").read_text().splitlines()
+    assert (
+        lines[0]
+        == "# pretrain/cifar/attentionnce.yaml from attnce_plugin.configs, with these overrides:"
+    )
+    assert lines[1 : 1 + len(prep.overrides)] == [f"#   {o}" for o in prep.overrides]
+    assert "main_pretrain.py" in (prep.run_dir / "command.sh").read_text()
+
+
+def test_reuse_only_for_the_same_config_and_plugin_version(tmp_path, monkeypatch):
+    run = Run("a", "attentionnce", "x", 0, 1)
+    prep = prepare(run, _budget(tmp_path), tmp_path)
+    other = prepare(run, _budget(tmp_path, "optimizer.lr=0.3"), tmp_path)
+    assert prep.digest != other.digest
+    prep.run_dir.mkdir(parents=True)
+    save_result(
+        Result(run.key, "a", "attentionnce", "x", 0, 1, run_dir=str(prep.run_dir)), prep.digest
+    )
+    assert load_result(prep.run_dir, prep.digest).reused
+    assert load_result(prep.run_dir, other.digest) is None
+    before = prep.digest
+    monkeypatch.setattr(attnce_plugin, "__version__", "9.9.9")
+    assert prepare(run, _budget(tmp_path), tmp_path).digest != before
+    data = json.loads((prep.run_dir / "result.json").read_text())
+    (prep.run_dir / "result.json").write_text(json.dumps(dict(data, status="failed")))
+    assert load_result(prep.run_dir, prep.digest) is None  # a failed run is trained again
+
+
+def test_read_record_skips_a_half_written_line(tmp_path):
+    path = tmp_path / "record.jsonl"
+    path.write_text('{"event": "step", "loss": 1}\n{"event": "epoch", "epoch": 1}\n{"event": "ep')
+    assert read_record(path) == [{"event": "epoch", "epoch": 1}]
+    assert read_record(tmp_path / "missing.jsonl") == []
