@@ -8,7 +8,7 @@ setup:
 
 # The main job: SimCLR, MoCo v3 and AttentionNCE side by side on Fashion-MNIST (see docs/results.md).
 bench: setup
-	$(PYTHON) -m attnce_bench
+	$(PYTHON) -m benchmarks
 
 # Formatting (black, line length 100) and lint (ruff), then the whole suite; the fast part alone:
 # $(PYTHON) -m pytest -q -m "not integration" tests

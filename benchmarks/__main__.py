@@ -41,6 +41,7 @@ from benchmarks.runner import (
     load_result,
     parse_set,
     reference_results,
+    save_result,
 )
 from benchmarks.runs import DATASETS, PRESETS, Grids, Run, bench_runs
 
@@ -128,9 +129,13 @@ def train_and_report(
     b = budget(opts, data)
     seeds = sorted({r.seed for r in runs})
     if opts.report_only:
-        results: List[Any] = []
-        for run_dir in sorted((out / "runs").glob("**/result.json")):
-            results.append(load_result(run_dir.parent) or json.loads(run_dir.read_text()))
+        # Every record in the folder, in the plan's order where the plan has it.
+        order = {r.key: i for i, r in enumerate(runs)}
+        paths = sorted((out / "runs").glob("**/result.json"), key=lambda p: str(p))
+        results: List[Any] = [load_result(p.parent) or json.loads(p.read_text()) for p in paths]
+        results.sort(
+            key=lambda r: order.get(r.key if isinstance(r, Result) else r["key"], len(order))
+        )
     else:
         results = execute(
             runs, b, out, opts.offline_probe, opts.fresh, opts.dry_run, opts.keep_checkpoints
@@ -138,7 +143,11 @@ def train_and_report(
         if opts.dry_run:
             return results, ""
         if opts.references and opts.offline_probe:
-            results += reference_results(results, b, seeds)
+            for ref in reference_results(results, b, seeds):
+                ref.run_dir = str(out / "runs" / ref.key)
+                Path(ref.run_dir).mkdir(parents=True, exist_ok=True)
+                save_result(ref, "reference")  # a record too: --report-only shows it
+                results.append(ref)
     header = [
         f"command: `{command}`, {datetime.datetime.now():%Y-%m-%d %H:%M}, "
         f"{(time.perf_counter() - started) / 60:.1f} min",

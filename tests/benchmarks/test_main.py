@@ -1,0 +1,84 @@
+"""``python3 -m benchmarks --preset smoke`` end to end from this clone (what ``make bench`` runs):
+every method for 1 epoch of 6 batches through solo-learn's main_pretrain.py, the probe, the
+reference rows, the report; then a re-run that reuses every run, and ``--report-only``. The
+numbers are meaningless. Needs solo-learn and Debian's dataset-fashion-mnist; FAILS without."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.scripts import REPO_ROOT, subprocess_env
+
+from attnce_plugin.solo_compat import require_solo
+from benchmarks.__main__ import main
+from benchmarks.data import fashion_mnist_dir
+
+pytestmark = pytest.mark.integration  # trains through solo-learn
+
+LABELS = (
+    "SimCLR",
+    "MoCo v3",
+    "AttentionNCE (M=4)",
+    "MoCo v3 + AttentionNCE (M=4)",
+    "AttentionNCE (M=2)",
+    "SimCLR (time of AttentionNCE)",
+    "MoCo v3 (time of MoCo v3 + AttentionNCE)",
+    "random init (no pretraining)",
+    "raw pixels",
+)
+
+
+def _bench(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "benchmarks", "--preset", "smoke", "--out", str(out), *extra]
+    return subprocess.run(
+        cmd, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=1800
+    )
+
+
+def test_smoke_end_to_end_then_reuse(tmp_path: Path) -> None:
+    require_solo()
+    assert (fashion_mnist_dir() / "train-images-idx3-ubyte.gz").is_file(), (
+        "Fashion-MNIST missing: apt-get install dataset-fashion-mnist"
+    )  # fmt: skip
+    out = tmp_path / "bench_out"
+    proc = _bench(out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    md = (out / "results.md").read_text()
+    for label in LABELS:
+        assert f"| {label} |" in md, label
+    assert md in proc.stdout
+    runs = list(csv.DictReader((out / "runs.csv").open()))
+    assert len(runs) == 9 and all(r["status"] == "ok" for r in runs), runs
+    for r in runs:
+        assert 0 <= float(r["offline_knn_acc1"]) <= 100 and 0 <= float(r["offline_acc1"]) <= 100
+    for r in (r for r in runs if r["comparison"] != "reference"):
+        assert float(r["seconds_per_epoch"]) > 0 and float(r["peak_mem_mib"]) > 100
+        run_dir = Path(r["run_dir"])
+        assert (run_dir / "record.jsonl").is_file() and not (run_dir / "ckpt").exists()
+        head = (run_dir / "config.yaml").read_text().splitlines()[0]
+        assert head.startswith("# pretrain/cifar/") and "from attnce_plugin.configs" in head
+    assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"
+
+    logs = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("train.log")}
+    again = _bench(out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert logs and logs == {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("train.log")}
+    assert (out / "results.md").read_text().count("| SimCLR | 1 | 0 |") == 2  # + health table
+
+    (out / "results.md").unlink()
+    rebuilt = _bench(out, "--report-only")
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert "| AttentionNCE (M=2) | 1 | 0 |" in (out / "results.md").read_text()
+
+
+def test_cli_errors_name_the_problem(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--dataset", "cifar10", "--out", "/nonexistent/x"]) == 2
+    assert "--train-path" in capsys.readouterr().err
+    assert main(["--set", "no_equals_sign"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+    assert main(["--methods", "byol"]) == 2
+    assert "allowed values" in capsys.readouterr().err
