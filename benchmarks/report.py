@@ -268,7 +268,8 @@ def bench_markdown(results: Sequence[Any], header: Sequence[str]) -> str:
 
 
 def write_outputs(results: Sequence[Any], markdown: str, out: Path, title: str) -> None:
-    """``results.md``, ``runs.csv`` (one line per run), ``results.json`` and ``results.png``
+    """``results.md``, ``runs.csv`` (one line per run), ``summary.csv`` (one per row),
+    ``results.json`` and ``results.png``
     (each row's accuracies against its training time)."""
     import csv
     import json
@@ -283,6 +284,18 @@ def write_outputs(results: Sequence[Any], markdown: str, out: Path, title: str) 
         w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         w.writerows({k: v for k, v in d.items() if k != "settings"} for d in dicts)
+    with (out / "summary.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        names = [a for a, _ in METRICS + HEALTH] + ["seconds_per_epoch", "train_seconds"]
+        w.writerow(["comparison", "label", "epochs", "seeds", "failed_seeds"]
+                   + [f"{a}_{s}" for a in names for s in ("mean", "std")] + ["peak_mem_mib"])  # fmt: skip
+        for r in aggregate(results):
+            w.writerow(
+                [r.comparison, r.label, " ".join(map(str, r.epochs)), " ".join(map(str, r.seeds)),
+                 " ".join(map(str, r.failed))]
+                + ["" if v is None else f"{v:.4f}" for a in names for v in r.stats[a]]
+                + [r.stats["peak_mem_mib"][0] or ""]
+            )  # fmt: skip
     rows = [r for r in aggregate(results) if r.stats["train_seconds"][0] is not None]
     series = {
         f"{r.label} [{r.comparison}]": [(r.stats["train_seconds"][0], r.stats["knn_acc1"])]
