@@ -65,7 +65,7 @@ TAU = 0.5
 
 
 def main(opts: Options, command: str) -> int:
-    """Print the table (``--images`` B, ``--num-positives`` M, ``--dim`` d, first of ``--seeds``)."""
+    """Print the table: --images B, --num-positives M, --dim d, the first of --seeds."""
     b, m, d, tau = opts.images, opts.num_positives, opts.dim, TAU
     seed = (opts.seeds or (0,))[0]
     if b < 2 or m < 1 or d < 2:
