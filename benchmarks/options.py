@@ -88,6 +88,9 @@ class Options:
     num_images: int = 512
     repeats: int = 4
     d_pos: Optional[float] = None
+    args_json: Optional[str] = None
+    reference_aug: str = "checkpoint"
+    probe_photometric: str = "same"
     dim: int = 128
     images: int = 64
 
@@ -195,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-images", type=int, default=512)
     g.add_argument("--repeats", type=int, default=4)
     g.add_argument("--d-pos", type=float, help="attention_vs_augmentation: for a simclr ckpt")
+    g.add_argument("--args", dest="args_json", help="attention_vs_augmentation: its args.json")
+    g.add_argument("--reference-aug", choices=("checkpoint", "standard"), default="checkpoint")
+    g.add_argument("--probe-photometric", choices=("same", "none"), default="same")
     g.add_argument("--dim", type=int, default=128, help="attention_limits: projection dim")
     g.add_argument("--images", type=int, default=64, help="attention_limits: images B")
     return p

@@ -1,4 +1,4 @@
-"""attnce_bench.experiments.attention_vs_augmentation: the probe-attention measurement and CPU smoke runs.
+"""benchmarks.experiments.attention_vs_augmentation: the probe-attention measurement and CPU runs.
 
 Needs solo-learn >= 1.0.6 (the script rebuilds solo-learn methods); FAILS, not skips, without it.
 The checkpoints are built in-process from the shipped configs (no training: the weights are the
@@ -23,14 +23,15 @@ from attnce_plugin.solo_compat import require_solo
 require_solo()  # loudly, at collection
 
 from helpers.configs import compose_pretrain_cfg  # noqa: E402
-from helpers.scripts import run_script  # noqa: E402
+
+from benchmarks.options import parse  # noqa: E402
 
 SCALES = (1.0, 0.3, 0.08)
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    module = importlib.import_module("attnce_bench.experiments.attention_vs_augmentation")
+    module = importlib.import_module("benchmarks.experiments.attention_vs_augmentation")
     return module
 
 
@@ -65,6 +66,8 @@ def checkpoints(tiny_image_folder, tmp_path_factory) -> Dict[str, Path]:
 
 def _argv(ckpt: Path, data: Path, out: Path, *extra: str) -> List[str]:
     return [
+        "--experiment",
+        "attention_vs_augmentation",
         "--ckpt",
         str(ckpt),
         "--data",
@@ -79,8 +82,6 @@ def _argv(ckpt: Path, data: Path, out: Path, *extra: str) -> List[str]:
         ",".join(map(str, SCALES)),
         "--batch-size",
         "8",
-        "--device",
-        "cpu",
         *extra,
     ]
 
@@ -139,21 +140,14 @@ def test_probe_attention_matches_float64_softmax(script, d_pos):
 # --------------------------------------------------------------------------- end to end
 
 
-@pytest.mark.integration
-def test_smoke_attentionnce_checkpoint(checkpoints, tiny_image_folder, tmp_path):
+def test_attentionnce_checkpoint(script, checkpoints, tiny_image_folder, tmp_path, capsys):
     out = tmp_path / "out"
-    proc = run_script(
-        [
-            "-m",
-            "attnce_bench.experiments.attention_vs_augmentation",
-            *_argv(checkpoints["attentionnce"], tiny_image_folder["val"], out),
-        ],
-        tmp_path,
-        timeout=120,
-    )
-    assert "M = 4 positives, P = 4 attention entries" in proc.stdout
-    assert "d_pos = 1," in proc.stdout and "images = 4 x 2 draws" in proc.stdout
-    rows = _table(proc.stdout)
+    argv = _argv(checkpoints["attentionnce"], tiny_image_folder["val"], out)
+    assert script.main(parse(argv), "cmd") == 0
+    text = capsys.readouterr().out
+    assert "M = 4 positives, P = 4 attention entries" in text
+    assert "d_pos = 1," in text and "images = 4 x 2 draws" in text
+    rows = _table(text)
     _check_rows(rows, num_p=4)
     assert (out / "plot.png").stat().st_size > 0
     assert _table((out / "table.md").read_text()) == rows
@@ -165,53 +159,27 @@ def test_smoke_attentionnce_checkpoint(checkpoints, tiny_image_folder, tmp_path)
 def test_moco_form_counts_the_other_anchor_key(
     script, checkpoints, tiny_image_folder, tmp_path, capsys
 ):
-    # In-process (the subprocess route is covered above): saves a second interpreter start.
     out = tmp_path / "out"
-    rows = script.main(
-        _argv(
-            checkpoints["mocov3_attentionnce"],
-            tiny_image_folder["val"],
-            out,
-            "--probe-photometric",
-            "none",
-        )
-    )
+    argv = _argv(checkpoints["mocov3_attentionnce"], tiny_image_folder["val"], out)
+    assert script.main(parse(argv + ["--probe-photometric", "none"]), "cmd") == 0
     text = capsys.readouterr().out
     assert "P = 5 attention entries" in text and "other anchor view's momentum key" in text
     assert "no colour, blur or flip" in text
     _check_rows(_table(text), num_p=5)
-    assert [r["scale"] for r in rows] == list(SCALES)
     assert (out / "plot.png").is_file()
 
 
-def test_refuses_scale_above_one(checkpoints, tiny_image_folder, tmp_path):
-    proc = run_script(
-        [
-            "-m",
-            "attnce_bench.experiments.attention_vs_augmentation",
-            *_argv(checkpoints["attentionnce"], tiny_image_folder["val"], tmp_path / "out"),
-            "--scales",
-            "1.5",
-        ],
-        tmp_path,
-        check=False,
-        timeout=120,
-    )
-    assert proc.returncode != 0
-    assert "--scales must be numbers in (0, 1]" in proc.stdout
-    assert not (tmp_path / "out").exists()
-
-
-def test_refuses_other_methods_and_single_positive(
-    script, checkpoints, tiny_image_folder, tmp_path, capsys
+def test_refuses_bad_scales_other_methods_and_single_positive(
+    script, checkpoints, tiny_image_folder, tmp_path
 ):
+    base = _argv(checkpoints["attentionnce"], tiny_image_folder["val"], tmp_path / "out")
+    with pytest.raises(ValueError, match=r"--scales=\[1.5\]: allowed values are numbers in"):
+        script.check(parse(base + ["--scales", "1.5"]))
     run = json.loads((checkpoints["attentionnce"].parent / "args.json").read_text())
     byol_args = tmp_path / "args.json"
     byol_args.write_text(json.dumps({**run, "method": "byol"}))
-    base = _argv(checkpoints["attentionnce"], tiny_image_folder["val"], tmp_path / "out")
-    with pytest.raises(SystemExit):
-        script.parse_args([*base, "--args", str(byol_args)])
-    assert "'byol' checkpoint; allowed methods" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        script.parse_args([*base, "--num-positives", "1"])
-    assert "--num-positives must be >= 2" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="'byol' checkpoint; allowed methods"):
+        script.check(parse(base + ["--args", str(byol_args)]))
+    with pytest.raises(ValueError, match="--num-positives=1: allowed values are >= 2"):
+        script.check(parse(base + ["--num-positives", "1"]))
+    assert not (tmp_path / "out").exists()

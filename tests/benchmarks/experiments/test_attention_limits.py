@@ -1,11 +1,14 @@
-"""attnce_bench.experiments.attention_limits prints the analytic limits of the attention diagnostics."""
+"""benchmarks.experiments.attention_limits prints the analytic limits of the attention
+diagnostics."""
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import pytest
+
+from benchmarks.experiments import attention_limits
+from benchmarks.options import parse
 
 
 def _rows(text: str):
@@ -18,8 +21,8 @@ def _rows(text: str):
 
 
 def test_limits_match_closed_forms(capsys: pytest.CaptureFixture) -> None:
-    module = importlib.import_module("attnce_bench.experiments.attention_limits")
-    module.main(["--images", "16", "--positives", "3", "--dim", "32"])
+    argv = ["--experiment", "attention_limits", "--images", "16", "--num-positives", "3"]
+    assert attention_limits.main(parse(argv + ["--dim", "32"]), "cmd") == 0
     rows = _rows(capsys.readouterr().out)
     k = 2 * 16 - 2
     uniform_alpha = rows["random, d_pos -> inf (1e6)"]
@@ -34,3 +37,8 @@ def test_limits_match_closed_forms(capsys: pytest.CaptureFixture) -> None:
     assert collapsed["uniformity"] == pytest.approx(0.0, abs=1e-3)
     assert collapsed["variance"] < 1e-4
     assert rows["2-dim collapse, d_pos=1, d_neg=10"]["eff_rank"] <= 2.0 + 1e-6
+
+
+def test_bad_sizes_are_refused() -> None:
+    with pytest.raises(ValueError, match="--images=1"):
+        attention_limits.main(parse(["--experiment", "attention_limits", "--images", "1"]), "c")

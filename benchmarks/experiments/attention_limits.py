@@ -1,28 +1,26 @@
-#!/usr/bin/env python3
 """Attention diagnostics and representation health at their limits and on random inputs.
 
 Prints one markdown table (the numbers docs/attention-diagnostics.md quotes), from the package's
-own loss (``attentionnce_loss_with_attention(...)``), ``attention_stats`` and
-``representation`` metrics on synthetic projections:
+own loss (``attentionnce_loss_with_attention``), ``attention_stats`` and representation metrics on
+synthetic projections, no training:
 
 * random: independent random unit vectors (an untrained network looks roughly like this);
 * the limits d_pos -> inf / 0 and d_neg -> inf / 0 (as 1e6 / 1e-3), each on the random inputs;
-* aligned: every positive view a small perturbation of its anchor, negatives random (what a
-  healthy, trained representation tends toward);
+* aligned: every positive view a small perturbation of its anchor, negatives random;
 * collapsed: every projection the same vector plus tiny noise (complete collapse);
 * dimensional collapse: random vectors confined to 2 of the d dimensions.
 
 alignment is between the two anchor views; uniformity, effective rank and total variance are of
-the first anchor view's B projections (so the effective rank is at most B - 1).
+the first anchor view's B projections (so the effective rank is at most B - 1)::
 
-Usage: python3 -m attnce_bench.experiments.attention_limits [--images 64] [--positives 4] [--dim 128] [--seed 0]
+    python3 -m benchmarks --experiment attention_limits [--images 64] [--num-positives 4] \\
+        [--dim 128] [--seeds 0]
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +33,8 @@ from attnce_plugin.representation import (
     effective_rank,
     uniformity,
 )
+from benchmarks.options import Options
+from benchmarks.report import table
 
 
 def _case(
@@ -60,16 +60,17 @@ def _case(
     return stats
 
 
-def main(argv: Optional[List[str]] = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=int, default=64, help="B images (K = 2B - 2 negatives)")
-    p.add_argument("--positives", type=int, default=4, help="M positive views per image")
-    p.add_argument("--dim", type=int, default=128, help="projection dimension")
-    p.add_argument("--tau", type=float, default=0.5)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    b, m, d = args.images, args.positives, args.dim
-    g = torch.Generator().manual_seed(args.seed)
+#: The temperature of the table (the SimCLR form's).
+TAU = 0.5
+
+
+def main(opts: Options, command: str) -> int:
+    """Print the table: --images B, --num-positives M, --dim d, the first of --seeds."""
+    b, m, d, tau = opts.images, opts.num_positives, opts.dim, TAU
+    seed = (opts.seeds or (0,))[0]
+    if b < 2 or m < 1 or d < 2:
+        raise ValueError(f"--images={b}, --num-positives={m}, --dim={d}: allowed >= 2, 1, 2")
+    g = torch.Generator().manual_seed(seed)
 
     def rnd(*shape: int) -> torch.Tensor:
         return F.normalize(torch.randn(*shape, d, generator=g), dim=-1)
@@ -109,24 +110,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     ]
     print(
         f"B = {b} images, M = {m}, K = 2B - 2 = {2 * b - 2} negatives per anchor, d = {d}, "
-        f"tau = {args.tau}, seed {args.seed}; log M = {math.log(m):.4f}, "
+        f"tau = {tau}, seed {seed}; log M = {math.log(m):.4f}, "
         f"1 + K * 1e-6 = {1 + (2 * b - 2) * 1e-6:.6f}, log(K + 1) = {math.log(2 * b - 1):.4f}"
     )
-    print()
-    print("| case | " + " | ".join(cols) + " |")
-    print("|---|" + "---|" * len(cols))
+    rows = []
     for name, a, pos, d_pos, d_neg in cases:
-        s = _case(a, pos, d_pos, d_neg, args.tau)
-        cells = [
-            (
-                f"{s[c]:.6f}"
-                if c == "max_beta"
-                else f"{s[c]:.3g}" if c == "variance" else f"{s[c]:.4f}"
-            )
-            for c in cols
-        ]
-        print(f"| {name} | " + " | ".join(cells) + " |")
-
-
-if __name__ == "__main__":
-    main()
+        s = _case(a, pos, d_pos, d_neg, tau)
+        digits = {"max_beta": ".6f", "variance": ".3g"}
+        rows.append([name, *[format(s[c], digits.get(c, ".4f")) for c in cols]])
+    print("\n" + table(["case", *cols], rows))
+    return 0
