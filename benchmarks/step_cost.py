@@ -115,7 +115,6 @@ class RepeatBatch:
 def fit(model: Any, cfg: Any, batch: List[Any], steps: int) -> None:
     """``steps`` training steps with the config's trainer keys, as main_pretrain.py passes them."""
     from lightning.pytorch import Trainer
-
     from omegaconf import OmegaConf
 
     keys = inspect.signature(Trainer.__init__).parameters
@@ -231,7 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compiling)")
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     p.add_argument("--small-heads", action="store_true", help="64/32-wide heads (tests)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads (default 1: on a shared machine a 2-thread OpenMP barrier stalls whenever "
+        "another process holds a core; 0 = torch's default)",
+    )
     p.add_argument("--seed", type=int, default=0)
     return p
 
@@ -246,7 +251,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.precision = args.precision or ("16-mixed" if cuda else "32")
     args.batch_size = args.batch_size or (128 if cuda else 16)
     args.size = args.size or (224 if cuda else 32)
-    if args.threads > 0:
+    if not cuda and args.threads > 0:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")  # solo-learn's and Lightning's deprecations and hints
     rows = []
