@@ -16,6 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from attnce_plugin.callbacks.recorder import read_records
 from attnce_plugin.configs import config_dir
 from attnce_plugin.solo_compat import require_solo, solo_checkout_dir
 
@@ -255,8 +256,8 @@ CPU_TRAINER = (
 @pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
 def test_pretrain_at_mixed_precision(precision, device, tiny_image_folder, tmp_path):
     """A shipped config through main_pretrain.py at the GPU precisions: on CUDA with the shipped
-    trainer (trainer/gpu.yaml: DDP, SyncBatchNorm) on one device, on the CPU in one process. Every
-    step's loss finite and a checkpoint written."""
+    trainer (trainer/gpu.yaml: DDP, SyncBatchNorm) on one device, on the CPU in one process. The
+    precision Lightning used (the run recorder's), every step's loss finite, a checkpoint."""
     if device.type == "cpu" and precision == "16-mixed":
         pytest.skip("16-mixed is fp16 autocast with a GradScaler, CUDA's; `--device cuda` runs it")
     ckpt_dir = tmp_path / "ckpt"
@@ -267,7 +268,11 @@ def test_pretrain_at_mixed_precision(precision, device, tiny_image_folder, tmp_p
         else [o for o in CPU_TRAINER if "precision" not in o]
     )
     argv = [a for a in argv if a not in CPU_TRAINER] + trainer + [f"precision={precision}"]
-    run_script(argv, tmp_path, csv_logger=True)
+    record = tmp_path / "record.jsonl"
+    run_script(argv + [f"++diagnostics.record={record}"], tmp_path, csv_logger=True)
+    start = [r for r in read_records(record) if r["event"] == "fit_start"]
+    assert [r["precision"] for r in start] == [precision], start
+    assert (start[0]["sync_batchnorm_layers"] > 0) == (device.type == "cuda"), start
     ckpts = find_checkpoints(ckpt_dir)
     assert len(ckpts) == 1, ckpts
     args = json.loads((ckpts[0].parent / "args.json").read_text())
