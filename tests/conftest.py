@@ -1,4 +1,8 @@
-"""Fixtures shared by the tests; plain helper functions are in ``tests/helpers/``."""
+"""Fixtures and options shared by the tests; plain helper functions are in ``tests/helpers/``.
+
+``--device cuda`` runs the tests that take the ``device`` fixture on the GPU (``pytest -m gpu
+--device cuda`` is the GPU check, scripts/gpu_check.sh); the default is the CPU.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,29 @@ from pathlib import Path
 from typing import Dict
 
 import pytest
+import torch
 from helpers.images import make_image_folder
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="device of the tests that take the `device` fixture (default cpu)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Asked for CUDA and none there: stop before any test, instead of testing the CPU again.
+    if config.getoption("--device") == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError("--device cuda, but torch.cuda.is_available() is False")
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """The ``--device`` the tests marked ``gpu`` run on."""
+    return torch.device(request.config.getoption("--device"))
 
 
 @pytest.fixture(scope="session")

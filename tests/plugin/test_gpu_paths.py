@@ -261,6 +261,7 @@ def _precision_state() -> Dict[str, Any]:
     return state
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["highest", "high", "medium"])
 def test_losses_leave_matmul_precision_alone(precision, monkeypatch):
     """The losses follow the caller's float32 matmul precision (TF32 under "high" on a GPU; see
@@ -323,6 +324,7 @@ class _TF32Matmuls(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("tau,d_neg", [(0.5, 10.0), (0.05, 0.05)])
 def test_tf32_matmuls_move_the_loss_little(tau, d_neg):
     """CPU emulation of TF32 in the loss's forward matmuls: the loss moves by < 1e-4 relative

@@ -265,6 +265,7 @@ def test_finite_at_batch_4096_small_temperature_and_d_neg():
     assert float(weights.beta.max()) <= k * (1 + 1e-6) + 1e-3
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_autocast_half_precision_is_finite_and_close_to_fp32(dtype):
     torch.manual_seed(0)

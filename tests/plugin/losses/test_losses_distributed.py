@@ -20,7 +20,9 @@ B_LOCAL, M, D, VIEWS = 4, 3, 8, 2
 TAU, D_POS, D_NEG = 0.5, 2.0, 0.5
 
 
-pytestmark = pytest.mark.integration  # trains through solo-learn or runs its scripts
+# integration: spawns processes; gpu: on the `--device` (tests/conftest.py), both ranks on GPU 0
+# with gloo and CUDA tensors (NCCL refuses two ranks on one device)
+pytestmark = [pytest.mark.integration, pytest.mark.gpu]
 
 
 def _global_batch(world: int, repeat: bool):
@@ -42,11 +44,11 @@ def _local(rank: int, views, positives, indexes):
     return anchors, positives[sl], indexes[sl]
 
 
-def _worker(rank: int, world: int, store: str, out_dir: str, repeat: bool) -> None:
+def _worker(rank: int, world: int, store: str, out_dir: str, repeat: bool, device: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         views, positives, indexes = _global_batch(world, repeat)
-        anchors, pos, idx = _local(rank, views, positives, indexes)
+        anchors, pos, idx = (t.to(device) for t in _local(rank, views, positives, indexes))
         anchors.requires_grad_(True)
         pos.requires_grad_(True)
         loss = attentionnce_loss_func(anchors, pos, idx, TAU, D_POS, D_NEG)
@@ -57,8 +59,9 @@ def _worker(rank: int, world: int, store: str, out_dir: str, repeat: bool) -> No
         q_all, k_all = torch.randn(n, D, generator=g), torch.randn(n, D, generator=g)
         pk_all = torch.randn(n, M, D, generator=g)
         sl = slice(rank * B_LOCAL, (rank + 1) * B_LOCAL)
-        q = q_all[sl].clone().requires_grad_(True)
-        mloss = attentionnce_mocov3_loss_func(q, k_all[sl], pk_all[sl], TAU, D_POS, D_NEG)
+        q = q_all[sl].clone().to(device).requires_grad_(True)
+        k, pk = k_all[sl].to(device), pk_all[sl].to(device)
+        mloss = attentionnce_mocov3_loss_func(q, k, pk, TAU, D_POS, D_NEG)
         mloss.backward()
         torch.save(
             {
@@ -75,14 +78,15 @@ def _worker(rank: int, world: int, store: str, out_dir: str, repeat: bool) -> No
 
 
 @pytest.mark.parametrize("world,repeat", [(2, False), (3, False), (2, True), (3, True)])
-def test_world_size_matches_one_process(tmp_path: Path, world: int, repeat: bool):
+def test_world_size_matches_one_process(tmp_path: Path, world: int, repeat: bool, device):
     mp.spawn(
         _worker,
-        args=(world, str(tmp_path / "store"), str(tmp_path), repeat),
+        args=(world, str(tmp_path / "store"), str(tmp_path), repeat, str(device)),
         nprocs=world,
         join=True,
     )
-    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+    # Compared on the CPU with the one-process reference below.
+    results = [torch.load(tmp_path / f"rank{r}.pt", map_location="cpu") for r in range(world)]
 
     views, positives, indexes = _global_batch(world, repeat)
     anchors = views.reshape(VIEWS * world * B_LOCAL, D).clone().requires_grad_(True)

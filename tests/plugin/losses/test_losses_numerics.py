@@ -19,6 +19,8 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DEGENERATE = ["random", "identical_views", "all_zero", "duplicated_images", "huge_norm"]
 N_CASES = 60
 
+pytestmark = pytest.mark.gpu  # on the `--device` (tests/conftest.py)
+
 
 def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
     return math.exp(rng.uniform(math.log(lo), math.log(hi)))
@@ -64,7 +66,8 @@ def _cases():
     return cases
 
 
-def _assert_finite_both_forms(anchors, positives, indexes, tau, d_pos, d_neg, dtype):
+def _assert_finite_both_forms(anchors, positives, indexes, tau, d_pos, d_neg, dtype, device):
+    anchors, positives, indexes = anchors.to(device), positives.to(device), indexes.to(device)
     b = positives.shape[0]
     a = anchors.to(dtype).clone().requires_grad_(True)
     p = positives.to(dtype).clone().requires_grad_(True)
@@ -83,9 +86,9 @@ def _assert_finite_both_forms(anchors, positives, indexes, tau, d_pos, d_neg, dt
 
 
 @pytest.mark.parametrize("b,m,d,tau,d_pos,d_neg,kind,dtype,seed", _cases())
-def test_sweep_is_finite(b, m, d, tau, d_pos, d_neg, kind, dtype, seed):
+def test_sweep_is_finite(b, m, d, tau, d_pos, d_neg, kind, dtype, seed, device):
     anchors, positives, indexes = _batch(kind, b, m, d, seed)
-    _assert_finite_both_forms(anchors, positives, indexes, tau, d_pos, d_neg, dtype)
+    _assert_finite_both_forms(anchors, positives, indexes, tau, d_pos, d_neg, dtype, device)
 
 
 @pytest.mark.parametrize(
@@ -96,17 +99,19 @@ def test_sweep_is_finite(b, m, d, tau, d_pos, d_neg, kind, dtype, seed):
         (1.0, 1e4, 1e4, torch.bfloat16),
     ],
 )
-def test_largest_batch_at_extreme_scales(tau, d_pos, d_neg, dtype):
+def test_largest_batch_at_extreme_scales(tau, d_pos, d_neg, dtype, device):
     anchors, positives, indexes = _batch("random", 4096, 2, 16, seed=1)
-    _assert_finite_both_forms(anchors, positives, indexes, tau, d_pos, d_neg, dtype)
+    _assert_finite_both_forms(anchors, positives, indexes, tau, d_pos, d_neg, dtype, device)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_sixteen_positives_under_autocast(dtype):
-    proj = torch.nn.Linear(16, 32)
-    x, xp = torch.randn(2 * 64, 16), torch.randn(64, 16, 16)
-    with torch.autocast("cpu", dtype=dtype):
-        loss = attentionnce_loss_func(proj(x), proj(xp), torch.arange(64), 0.01, 1e-4, 1e-4)
+def test_sixteen_positives_under_autocast(dtype, device):
+    proj = torch.nn.Linear(16, 32).to(device)
+    x, xp = torch.randn(2 * 64, 16).to(device), torch.randn(64, 16, 16).to(device)
+    with torch.autocast(device.type, dtype=dtype):
+        loss = attentionnce_loss_func(
+            proj(x), proj(xp), torch.arange(64, device=device), 0.01, 1e-4, 1e-4
+        )
     loss.backward()
     assert torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in proj.parameters())

@@ -16,6 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from attnce_plugin.callbacks.recorder import read_records
 from attnce_plugin.configs import config_dir
 from attnce_plugin.solo_compat import require_solo, solo_checkout_dir
 
@@ -133,6 +134,7 @@ def test_main_linear_on_checkpoint(cifar_run, tiny_image_folder, tmp_path):
     assert rows and any(r.get("val_acc1") for r in rows)
 
 
+@pytest.mark.gpu
 def test_knn_wrapper_loads_our_checkpoint(cifar_run, tiny_image_folder, tmp_path):
     """main_knn.py through our wrapper: the method is found in METHODS and the model built.
 
@@ -238,6 +240,46 @@ def test_checkpoint_loads_to_the_arranged_map_location(cifar_run):
         AttentionNCE(both.copy())
     model = AttentionNCE.load_from_checkpoint(cifar_run["ckpt"], strict=False, cfg=both.copy())
     assert model.cfg.method_kwargs.compile is True
+
+
+#: The CPU smoke run's trainer overrides (helpers.configs.pretrain_argv).
+CPU_TRAINER = (
+    "accelerator=cpu",
+    "precision=32",
+    "strategy=auto",
+    "sync_batchnorm=False",
+    'devices="1"',
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
+def test_pretrain_at_mixed_precision(precision, device, tiny_image_folder, tmp_path):
+    """A shipped config through main_pretrain.py at the GPU precisions: on CUDA with the shipped
+    trainer (trainer/gpu.yaml: DDP, SyncBatchNorm) on one device, on the CPU in one process. The
+    precision Lightning used (the run recorder's), every step's loss finite, a checkpoint."""
+    if device.type == "cpu" and precision == "16-mixed":
+        pytest.skip("16-mixed is fp16 autocast with a GradScaler, CUDA's; `--device cuda` runs it")
+    ckpt_dir = tmp_path / "ckpt"
+    argv = pretrain_argv("cifar", "attentionnce.yaml", tiny_image_folder, ckpt_dir)
+    trainer = (
+        ["devices=[0]"]
+        if device.type == "cuda"
+        else [o for o in CPU_TRAINER if "precision" not in o]
+    )
+    argv = [a for a in argv if a not in CPU_TRAINER] + trainer + [f"precision={precision}"]
+    record = tmp_path / "record.jsonl"
+    run_script(argv + [f"++diagnostics.record={record}"], tmp_path, csv_logger=True)
+    start = [r for r in read_records(record) if r["event"] == "fit_start"]
+    assert [r["precision"] for r in start] == [precision], start
+    assert (start[0]["sync_batchnorm_layers"] > 0) == (device.type == "cuda"), start
+    ckpts = find_checkpoints(ckpt_dir)
+    assert len(ckpts) == 1, ckpts
+    args = json.loads((ckpts[0].parent / "args.json").read_text())
+    assert args["precision"] == precision
+    rows = read_metrics_csv(tmp_path) or []
+    losses = [float(r["train_nce_loss_step"]) for r in rows if r.get("train_nce_loss_step")]
+    assert losses and all(math.isfinite(x) for x in losses), losses
 
 
 # --------------------------------------------------------------------------- the other families

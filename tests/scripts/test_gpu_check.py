@@ -1,0 +1,75 @@
+"""scripts/gpu_check.sh: ``prepare`` builds the bundle, ``run --cpu`` runs every command of the GPU
+check on this CPU (the marked tests narrowed to one, as they already run in this suite) and leaves
+its tables under $OUT; without the bundle ``run`` stops at once, saying what to run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from attnce_plugin.solo_compat import require_solo
+
+require_solo()  # loudly: prepare copies solo-learn's checkout
+
+pytestmark = pytest.mark.integration  # runs the cost benchmarks through Lightning (minutes)
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "gpu_check.sh"
+
+
+def _sh(*args: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(cwd / "scripts" / "gpu_check.sh"), *args],
+        cwd=str(cwd),
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=900,
+    )
+
+
+def _table_rows(path: Path):
+    lines = [line for line in path.read_text().splitlines() if line.startswith("|")]
+    assert len(lines) >= 3 and set(lines[1]) <= set("|-"), path.read_text()  # head, rule, rows
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
+    proc = _sh("prepare")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    bundle = REPO / ".gpucheck"
+    assert (bundle / "solo-learn" / "main_pretrain.py").is_file()
+    assert (bundle / "solo-learn" / "solo" / "methods" / "mocov3.py").is_file()
+    wheels = {p.name.split("-")[0] for p in (bundle / "wheels").glob("*.whl")}
+    assert {"omegaconf", "hydra_core", "antlr4_python3_runtime", "torchmetrics", "pytest"} <= wheels
+    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+    assert size <= 48 * 2**20
+
+    out = tmp_path / "out"
+    test = "tests/plugin/losses/test_losses_numerics.py::test_sixteen_positives_under_autocast"
+    proc = _sh("run", "--cpu", OUT=str(out), GPUCHECK_TESTS=test)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    summary = {r[0]: r for r in _table_rows(out / "summary.md")}
+    names = ["env", "tests", "loss_cost", "step_cost_32", "step_cost_bf16-mixed"]
+    assert list(summary) == names and all(summary[n][1] == "0" for n in names), summary
+    assert "torchmetrics 0.11.4" in (out / "env.log").read_text()  # the bundle's, first on the path
+    assert "2 passed" in (out / "tests.log").read_text()  # the two dtypes of the one test
+    assert (out / "tests.xml").is_file()
+    assert len(_table_rows(out / "loss_cost.md")) >= 4  # B x M rows of the first table
+    for precision in ("32-true", "bf16-mixed"):
+        name = "step_cost_32" if precision == "32-true" else "step_cost_bf16-mixed"
+        rows = _table_rows(out / f"{name}.md")
+        assert [r[0] for r in rows] == ["simclr", "attentionnce", "mocov3", "mocov3_attentionnce"]
+        assert {r[2] for r in rows} == {precision}
+
+
+def test_run_without_the_bundle_says_to_prepare(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(SCRIPT, tmp_path / "scripts" / "gpu_check.sh")
+    proc = _sh("run", "--cpu", cwd=tmp_path, OUT=str(tmp_path / "out"))
+    assert proc.returncode == 2 and "gpu_check.sh prepare" in proc.stdout, proc.stdout
