@@ -34,23 +34,20 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 from benchmarks.report import table
+from benchmarks.runs import METHODS
 
-#: Row name: (shipped config, overrides that make the method, the method it is compared with).
-METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
-    "simclr": ("attentionnce", ("method_kwargs.loss=simclr", "views.num_positives=0"), "simclr"),
-    "attentionnce": ("attentionnce", (), "simclr"),
-    "mocov3": (
-        "mocov3_attentionnce",
-        ("method_kwargs.loss=mocov3", "views.num_positives=0"),
-        "mocov3",
-    ),
-    "mocov3_attentionnce": ("mocov3_attentionnce", (), "mocov3"),
+#: The rows: methods of the run table (benchmarks/runs.py), each with the baseline it is compared with.
+BASELINE: Dict[str, str] = {
+    "simclr": "simclr",
+    "attentionnce": "simclr",
+    "mocov3": "mocov3",
+    "mocov3_attentionnce": "mocov3",
 }
 
 
 def overrides(args: argparse.Namespace, train_path: str, record: Path, method: str) -> List[str]:
     """Every override of one row after the method's own: device, sizes, options, the recorder."""
-    out = [f"++{o}" for o in METHODS[method][1]]
+    out = list(METHODS[method][1])
     if args.device == "cpu":
         # the pretrain/custom configs set devices: [0, 1] after their trainer group
         out += ["trainer=cpu", "++devices='1'"]
@@ -162,7 +159,7 @@ def measure(method: str, args: argparse.Namespace, train_path: str, tmp: Path) -
         torch.cuda.empty_cache()
     return {
         "method": method,
-        "base": METHODS[method][2],
+        "base": BASELINE[method],
         "views": len(sizes),
         "precision": start["precision"],
         "s": seconds,
@@ -228,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compiling)")
-    p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    p.add_argument("--methods", nargs="+", choices=list(BASELINE), default=list(BASELINE))
     p.add_argument("--small-heads", action="store_true", help="64/32-wide heads (tests)")
     p.add_argument(
         "--threads",
