@@ -37,6 +37,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from omegaconf import OmegaConf
 
+from attnce_plugin.callbacks import check_diagnostics, diagnostic_callbacks
 from attnce_plugin.methods.compiling import compile_submodules
 from attnce_plugin.methods.crops import apply_crop_layout, check_num_crops, take_positive_crops
 from attnce_plugin.methods.guard import FiniteLossGuard
@@ -114,6 +115,7 @@ class AttentionNCECore:
             require_knn_torchmetrics("knn_eval.enabled=True", "set knn_eval.enabled=False")
         apply_crop_layout(cfg, require_positives=cls.requires_positives(cfg))
         indexes_are_positional(cfg)  # refuses a non-bool flag before any training step
+        check_diagnostics(cfg)
         return cfg
 
     @classmethod
@@ -180,8 +182,9 @@ class AttentionNCECore:
         )
 
     def configure_callbacks(self) -> List[Any]:
-        """The finite-loss guard and the naming of unreadable images (Lightning adds them)."""
-        return [self.finite_guard, NameUnreadableImages()]
+        """The finite-loss guard, the naming of unreadable images and the callbacks the config's
+        ``diagnostics:`` group switches on (:mod:`attnce_plugin.callbacks`); Lightning adds them."""
+        return [self.finite_guard, NameUnreadableImages(), *diagnostic_callbacks(self.cfg)]
 
     # ----------------------------------------------------------------- training step pieces
 

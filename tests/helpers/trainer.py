@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Dict
 
 import lightning.pytorch as pl
 
@@ -10,8 +10,8 @@ import lightning.pytorch as pl
 def cpu_trainer(**kwargs: Any) -> pl.Trainer:
     """One epoch on one CPU process with no logger, checkpoints, progress bar or model summary,
     so nothing is written and the result does not depend on tensorboard being installed;
-    ``kwargs`` (callbacks, deterministic, num_sanity_val_steps, ...) are added."""
-    return pl.Trainer(
+    ``kwargs`` (callbacks, deterministic, max_epochs, ...) are added or replace these."""
+    settings: Dict[str, Any] = dict(
         accelerator="cpu",
         devices=1,
         max_epochs=1,
@@ -19,5 +19,5 @@ def cpu_trainer(**kwargs: Any) -> pl.Trainer:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        **kwargs,
     )
+    return pl.Trainer(**{**settings, **kwargs})
