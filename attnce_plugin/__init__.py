@@ -1,8 +1,7 @@
 """AttentionNCE ("Contrastive Learning with Instance Attention") for solo-learn.
 
-Importing the package, its losses (:mod:`attnce_plugin.losses`), the attention head
-(:mod:`attnce_plugin.attention`) or the representation metrics (:mod:`attnce_plugin.representation`)
-needs torch alone. solo-learn is imported only where it is used: :func:`register` (which adds the
+Importing the package, its losses (:mod:`attnce_plugin.losses`) or the attention head
+(:mod:`attnce_plugin.attention`) needs torch alone. solo-learn is imported only where it is used: :func:`register` (which adds the
 plugin's methods to ``solo.methods.METHODS``), :mod:`attnce_plugin.methods`, the Hydra callback the
 shipped configs declare, and the ``attnce-knn`` / ``attnce-umap`` commands.
 """

@@ -25,7 +25,7 @@ op, the readable definition the fast paths are tested against, are in ``tests/he
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, NamedTuple, Optional, Tuple, Union
+from typing import Dict, Iterable, NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -356,3 +356,13 @@ def attention_stats(weights: AttentionWeights) -> Dict[str, torch.Tensor]:
         "max_beta": beta.max() if beta.numel() else beta.new_zeros(()),
         "eff_num_negatives": eff_neg.mean(),
     }
+
+
+def mean_stats(stats: Iterable[Dict[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
+    """Combine the :func:`attention_stats` of several loss calls: mean, but max for ``max_beta``."""
+    stats = list(stats)
+    out: Dict[str, torch.Tensor] = {}
+    for key in stats[0]:
+        values = torch.stack([s[key].float() for s in stats])
+        out[key] = values.max() if key == "max_beta" else values.mean()
+    return out

@@ -6,9 +6,9 @@
 Layout: ``attentionnce.py`` and ``mocov3_attentionnce.py`` are the two methods (what differs);
 ``core.py`` is what both add to their solo-learn base; ``settings.py`` declares their
 ``method_kwargs``; ``crops.py`` the crop roles; ``indexes.py`` sample indexes unique across
-nodes (DALI without index encoding); ``positives.py`` the positive forwards;
-``guard.py``, ``images.py`` their Lightning callbacks; ``health.py`` the logged health values;
-``compiling.py`` ``method_kwargs.compile``.
+nodes (DALI without index encoding); ``positives.py`` the positive forwards; ``compiling.py``
+``method_kwargs.compile``. The opt-in callbacks (health, guard, images, recorder) live in
+:mod:`attnce_plugin.callbacks`.
 """
 
 from attnce_plugin.solo_compat import require_solo
@@ -21,7 +21,6 @@ from attnce_plugin.methods.crops import (
     CropLayoutError,
     resolve_crop_layout,
 )  # noqa: E402
-from attnce_plugin.methods.guard import NonFiniteLossError  # noqa: E402
 from attnce_plugin.methods.mocov3_attentionnce import MoCoV3AttentionNCE  # noqa: E402
 from attnce_plugin.methods.settings import MethodConfigError  # noqa: E402
 
@@ -37,6 +36,5 @@ __all__ = [
     "CropLayout",
     "CropLayoutError",
     "MethodConfigError",
-    "NonFiniteLossError",
     "resolve_crop_layout",
 ]

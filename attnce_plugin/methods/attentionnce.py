@@ -174,11 +174,12 @@ class AttentionNCE(AttentionNCECore, BaseMethod):
         Returns:
             Scalar total loss.
         """
-        anchor_batch, positive_crops = self.split_batch(batch)
-        indexes = anchor_batch[0]
-        # Anchors first, as solo-learn orders them (BatchNorm running statistics see them first).
-        out = super().training_step(anchor_batch, batch_idx)
-        z = out["z"]
+        solo_batch, positive_crops = self.split_batch(batch)
+        indexes = solo_batch[0]
+        # Anchors first, as solo-learn orders them (BatchNorm running statistics see them first);
+        # then, unless hidden, the positives through solo-learn's multicrop_forward, crop by crop.
+        out = super().training_step(solo_batch, batch_idx)
+        z = out["z"][: self.num_large_crops]
         images = world_size() * int(indexes.shape[0])
         if self.loss_name == "simclr":
             # solo-learn's SimCLR.training_step, on the anchors.
@@ -188,8 +189,13 @@ class AttentionNCE(AttentionNCECore, BaseMethod):
             self.log_contrastive("train_nce_loss", nce_loss, None, z, nce_loss, 2 * images - 2)
             return nce_loss + out["loss"]
 
-        positive_outs = self.forward_positives(self.multicrop_forward, positive_crops)
-        positives = torch.stack([o["z"] for o in positive_outs], dim=1)  # [b, M, d]
+        if self.hides_positives:
+            positive_z = [
+                o["z"] for o in self.forward_positives(self.multicrop_forward, positive_crops)
+            ]
+        else:
+            positive_z = out["z"][self.num_large_crops :]
+        positives = torch.stack(positive_z, dim=1)  # [b, M, d]
         anchors = mean_anchor(z) if self.anchor == "mean" else torch.cat(z)  # [b or 2b, d]
         args = (anchors, positives, indexes, self.temperature, self.d_pos, self.d_neg)
         stats = None

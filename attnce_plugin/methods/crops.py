@@ -10,9 +10,11 @@ so solo-learn's count would be 6 large crops. This module fixes the roles by pos
   pipeline's crop size;
 * positives = every later crop, at the anchors' size (the paper) or smaller (multi-crop).
 
-The methods then report ``num_large_crops = 2`` and ``num_small_crops = M`` to solo-learn, which
-sends the positives through ``multicrop_forward``. Layouts that would silently swap roles are
-refused with a message that says what to change.
+The ``parse_cfg`` wrapper (:func:`attnce_plugin.patches.wrap_pretrain_parse_cfg`) resolves the
+roles once and records ``data.num_large_crops = 2`` and ``data.num_small_crops = M``; solo-learn
+then sends the positives through ``multicrop_forward``, unless the method forwards them itself
+(:func:`hide_positive_crops`). Layouts that would silently swap roles are refused with a message
+that says what to change.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any, Mapping, Sequence, Tuple
 
 import omegaconf
 import torch
+
+from attnce_plugin.checks import check_int_at_least
 
 #: AttentionNCE (and MoCo v3) use exactly two anchor views per image.
 NUM_ANCHORS = 2
@@ -66,10 +70,7 @@ def _get(pipeline: Any, key: str, index: int, minimum: int = 1) -> int:
         value = pipeline[key]
     except (KeyError, TypeError, AttributeError):
         value = None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise CropLayoutError(f"augmentations[{index}].{key} must be {kind}, got {value!r}")
-    return value
+    return check_int_at_least(f"augmentations[{index}].{key}", value, minimum, CropLayoutError)
 
 
 def resolve_crop_layout(
@@ -154,41 +155,43 @@ def resolve_crop_layout(
     return CropLayout(anchor_size=anchor_size, positive_sizes=tuple(positive_sizes))
 
 
-def apply_crop_layout(cfg: omegaconf.DictConfig, *, require_positives: bool = True) -> CropLayout:
-    """Resolve anchor/positive roles from ``cfg.augmentations`` and tell solo-learn, in place.
+def read_crop_layout(cfg: omegaconf.DictConfig, *, require_positives: bool = True) -> int:
+    """M, as the ``parse_cfg`` wrapper recorded it in ``cfg.data`` (2 large crops, M small ones).
 
-    Sets ``cfg.data.num_large_crops = 2`` (the anchors: forward + online classifier + kNN) and
-    ``cfg.data.num_small_crops = M`` (the positives: ``multicrop_forward``), whatever their sizes.
-    Idempotent, so it is safe both in the ``parse_cfg`` hook and in the methods (which also run when
-    a checkpoint's ``args.json`` is reloaded by ``main_knn.py``).
+    The layout is resolved once, by :func:`attnce_plugin.patches.wrap_pretrain_parse_cfg`; a
+    checkpoint's ``args.json`` holds its result too.
 
     Raises:
-        CropLayoutError: the layout is not 2 anchors followed by positives; the message says what
-            to change.
+        CropLayoutError: ``cfg.data`` does not hold the wrapper's result, or holds no positive
+            crop when they are required.
     """
-    if "augmentations" not in cfg or cfg.augmentations is None:
+    data = cfg.get("data") or {}
+    large, small = data.get("num_large_crops"), data.get("num_small_crops")
+    if large != NUM_ANCHORS or isinstance(small, bool) or not isinstance(small, int) or small < 0:
         raise CropLayoutError(
-            "the config has no augmentations list; AttentionNCE needs a pipeline with num_crops: 2 "
-            "(the anchors) followed by positive crops"
+            f"data.num_large_crops={large!r}, data.num_small_crops={small!r}: the crop roles are "
+            f"set by the plugin's parse_cfg ({NUM_ANCHORS} anchors, M positives). Run the config "
+            "through attnce_plugin.patches.wrap_pretrain_parse_cfg(solo.args.pretrain.parse_cfg) "
+            "(the shipped configs' Hydra callback does so in main_pretrain.py)"
         )
-    layout = resolve_crop_layout(cfg.augmentations, require_positives=require_positives)
-    cfg.data.num_large_crops = layout.num_anchors
-    cfg.data.num_small_crops = layout.num_positives
-    return layout
+    if require_positives and small == 0:
+        raise CropLayoutError(
+            "no positive crop (data.num_small_crops=0): the loss needs M >= 1 positive crops "
+            "after the 2 anchors"
+        )
+    return small
 
 
-def take_positive_crops(method: Any) -> int:
-    """Hide the positive crops from solo-learn's ``BaseMethod.training_step`` and return M.
+def hide_positive_crops(method: Any) -> None:
+    """Make solo-learn's ``BaseMethod.training_step`` see the 2 anchors alone.
 
-    The methods forward the positives themselves (per crop or batched, see
-    :mod:`attnce_plugin.methods.positives`; MoCo's only through the momentum network), so solo-learn
-    must see the 2 anchors alone: no small crops, no ``multicrop_forward`` loop.
+    For methods that forward the positives themselves (the MoCo form; ``batch_positives``;
+    ``positives_update_bn: false``; a loss that does not use them): no small crops, no
+    ``multicrop_forward`` loop (``solo/methods/base.py:247-251,510-516``).
     """
-    num_positives = int(method.num_small_crops)
     method.num_small_crops = 0
     method.num_crops = method.num_large_crops
     method.multicrop = False
-    return num_positives
 
 
 def check_num_crops(crops: Sequence[torch.Tensor], num_anchors: int, num_positives: int) -> None:

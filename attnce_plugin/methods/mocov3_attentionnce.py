@@ -12,14 +12,13 @@ import torch
 from solo.methods.base import BaseMethod, BaseMomentumMethod
 from solo.methods.mocov3 import MoCoV3
 
-from attnce_plugin.attention import attention_stats
+from attnce_plugin.attention import attention_stats, mean_stats
 from attnce_plugin.distributed import world_size
 from attnce_plugin.losses import (
     attentionnce_mocov3_loss_func,
     attentionnce_mocov3_loss_with_attention,
 )
 from attnce_plugin.methods.core import AttentionNCECore
-from attnce_plugin.methods.health import mean_stats
 from attnce_plugin.methods.settings import (
     MOCOV3_ATTENTIONNCE_SETTINGS,
     check_momentum_cfg,
@@ -88,9 +87,6 @@ class MoCoV3AttentionNCE(AttentionNCECore, MoCoV3):
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
-        # The positive crops never go through the online network: MoCo's positives are momentum
-        # keys. Hiding them from BaseMethod.training_step saves their online forward pass (and
-        # keeps the online BatchNorm statistics exactly MoCo v3's).
         self._init_core(cfg)
         self.key_in_prototype: bool = bool(cfg.method_kwargs.key_in_prototype)
         if self.loss_name == "mocov3" and self.num_positive_crops:
@@ -99,6 +95,12 @@ class MoCoV3AttentionNCE(AttentionNCECore, MoCoV3):
                 "remove them to save data-loading time",
                 self.num_positive_crops,
             )
+
+    def forwards_positives(self) -> bool:
+        """Always: the positive crops never go through the online network (MoCo's positives are
+        momentum keys). Hiding them from ``BaseMethod.training_step`` saves their online forward
+        pass and keeps the online BatchNorm statistics exactly MoCo v3's."""
+        return True
 
     @staticmethod
     def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
@@ -127,12 +129,10 @@ class MoCoV3AttentionNCE(AttentionNCECore, MoCoV3):
         """
         anchor_batch, positive_crops = self.split_batch(batch)
         if self.loss_name == "mocov3":
-            total = super().training_step(anchor_batch, batch_idx)
-            # MoCo v3's contrastive loss is not returned apart; a NaN in it makes the total NaN.
-            self.record_loss(total)
-            return total
+            return super().training_step(anchor_batch, batch_idx)
 
-        # MoCoV3.training_step is this plus MoCo v3's loss (patches.RELIANCES): skip to its parent.
+        # MoCoV3.training_step is this plus MoCo v3's loss (solo/methods/mocov3.py:196-216, checked
+        # by tests/plugin/test_solo_reliances.py): skip to its parent.
         # The two symmetric terms q1-k2 and q2-k1 follow solo-learn's MoCoV3.training_step.
         out = BaseMomentumMethod.training_step(self, anchor_batch, batch_idx)
         queries, keys = out["q"], out["momentum_k"]

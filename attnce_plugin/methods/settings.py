@@ -22,6 +22,8 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 import omegaconf
 from omegaconf import OmegaConf
 
+from attnce_plugin.checks import check_int_at_least, check_positive_finite
+
 
 class MethodConfigError(ValueError):
     """A method_kwargs (or momentum) entry is unknown, missing or out of range."""
@@ -83,15 +85,9 @@ class Setting:
                 raise MethodConfigError(f"{key} must be true or false, {got}")
             return value
         if self.kind == "int>=1":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise MethodConfigError(f"{key} must be an integer >= 1, {got}")
-            return value
+            return check_int_at_least(key, value, 1, MethodConfigError)
         if self.kind == "float>0":
-            if isinstance(value, bool) or not isinstance(value, Real):
-                raise MethodConfigError(f"{key} must be a finite number > 0, {got}")
-            if not math.isfinite(float(value)) or float(value) <= 0:
-                raise MethodConfigError(f"{key} must be a finite number > 0, got {float(value)!r}")
-            return float(value)
+            return check_positive_finite(key, value, MethodConfigError)
         if value not in self.choices:
             raise MethodConfigError(
                 f"{key} of method '{method}' must be one of {', '.join(self.choices)}, "
@@ -306,12 +302,6 @@ RUN_SETTINGS: Tuple[Setting, ...] = (
     ),
     Setting(
         "attention_log_every", "int>=1", 10, "batches between two logs of the `train_attn_*` values"
-    ),
-    Setting(
-        "finite_check_every",
-        "int>=1",
-        50,
-        "batches between host-side checks that the loss is finite (also at each epoch's end)",
     ),
 )
 

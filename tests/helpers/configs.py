@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -14,8 +14,8 @@ def compose_pretrain_cfg(
     """Compose the shipped ``pretrain/<family>/<config_name>`` for a tiny in-process CPU model and run
     it through solo-learn's ``parse_cfg`` wrapped by the plugin (crop roles set).
 
-    Small projector, batch 4, 1 epoch, custom data at ``train_path`` without validation; the
-    multicrop configs' positive crops shrink to 16 px. ``overrides`` come last.
+    ``trainer=cpu``, small projector, batch 4, 1 epoch, custom data at ``train_path`` without
+    validation; the multicrop configs' positive crops shrink to 16 px. ``overrides`` come last.
     """
     import solo.args.pretrain as solo_pretrain_args
     from hydra import compose, initialize_config_dir
@@ -31,7 +31,7 @@ def compose_pretrain_cfg(
         "method_kwargs.proj_hidden_dim=32",
         "method_kwargs.proj_output_dim=16",
         "optimizer.batch_size=4",
-        'devices="1"',
+        "trainer=cpu",
         "++scheduler.warmup_epochs=0",
         "max_epochs=1",
     ]
@@ -80,8 +80,11 @@ def pretrain_argv(
     *,
     extra: List[str] = (),
     validate: bool = False,
+    record: Optional[Path] = None,
 ) -> List[str]:
-    """Command line of ``main_pretrain.py`` for a shipped config, shrunk to a CPU smoke run."""
+    """Command line of ``main_pretrain.py`` for a shipped config, shrunk to a CPU smoke run
+    (``trainer=cpu``); with ``record``, the run's steps and epochs go to that JSON-lines file
+    (``diagnostics.record``, read with ``attnce_plugin.callbacks.recorder.read_records``)."""
     from attnce_plugin.configs import config_dir
     from attnce_plugin.solo_compat import solo_checkout_dir
 
@@ -95,16 +98,11 @@ def pretrain_argv(
         "data.format=image_folder",
         f"data.train_path={data['train']}",
         "data.num_workers=0",
-        "accelerator=cpu",
-        "precision=32",
-        "strategy=auto",
-        "sync_batchnorm=False",
-        'devices="1"',
+        "trainer=cpu",
         "optimizer.batch_size=4",
         "max_epochs=1",
         "++limit_train_batches=2",
         "++limit_val_batches=1",
-        "++num_sanity_val_steps=0",
         "++log_every_n_steps=1",
         "++scheduler.warmup_epochs=0",
         f"checkpoint.dir={ckpt_dir}",
@@ -115,6 +113,8 @@ def pretrain_argv(
     ]
     if "mocov3" in config_name:
         argv.append("method_kwargs.pred_hidden_dim=64")
+    if record is not None:
+        argv.append(f"diagnostics.record={record}")
     if validate:
         argv.append(f"data.val_path={data['val']}")
     else:

@@ -25,6 +25,8 @@ OLD: Dict[str, Dict[str, Any]] = json.loads(SNAPSHOT.read_text())
 #: Every difference between a 0.2.0 config and its composed successor: (config name or "*" or a
 #: prefix ending in "/", the change as printed by :func:`diff`).
 ALLOWED: Tuple[Tuple[str, str], ...] = (
+    # The opt-in callbacks of the methods (diagnostics/default.yaml, composed by method/*.yaml).
+    ("pretrain/", "+ diagnostics"),
     # The interpolation source of crop sizes, blur probabilities and M (views/*.yaml).
     ("pretrain/", "+ views"),
     # DALI configs give real dataset indexes (unique across nodes): data_format/dali.yaml.

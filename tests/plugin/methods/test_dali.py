@@ -286,8 +286,10 @@ def test_positional_indexes_repeat_across_nodes_and_methods_make_them_unique(
         for step, batch in enumerate(loader):
             raw.setdefault(step, []).append(batch[0].clone())
             with as_global_rank(model, global_rank):
-                (indexes, anchors, _), positives = model.split_batch(batch)
-            assert len(anchors) == 2 and len(positives) == 4
+                (indexes, solo_crops, _), own = model.split_batch(batch)
+            # solo-learn's step gets the 2 anchors, or all 6 crops when it forwards the positives.
+            assert len(solo_crops) == (2 if model.hides_positives else 6)
+            assert len(solo_crops) + len(own) == 6
             fixed.setdefault(step, []).append(indexes)
 
     for step in range(steps):
@@ -427,9 +429,10 @@ def test_shipped_dali_config_trains_on_solo_dali_batches(
     assert sorted(seen) == list(range(len(classes)))  # one epoch: every image once
 
     batch = batches[0]
-    (indexes, anchors, _), positives = model.split_batch(batch)
-    assert torch.equal(indexes, batch[0]) and len(anchors) == 2 and len(positives) == 4
-    assert all(a is c for a, c in zip(anchors + positives, batch[1]))  # order kept
+    (indexes, solo_crops, _), own = model.split_batch(batch)
+    assert torch.equal(indexes, batch[0]) and len(solo_crops) + len(own) == 6
+    assert len(solo_crops) == (2 if model.hides_positives else 6)
+    assert all(a is c for a, c in zip(solo_crops + own, batch[1]))  # order kept
 
     model.train()
     loss = model.training_step(batch, 0)

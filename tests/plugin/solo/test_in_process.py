@@ -136,10 +136,14 @@ def test_mocov3_loss_flag_refused(tiny_image_folder):
 
 
 def test_layout_refused_by_method_without_hook(tiny_image_folder):
-    """A config that bypasses the parse_cfg hook still meets the method's own check."""
+    """The method reads the crop roles the parse_cfg hook recorded, and refuses what it cannot
+    train: no positive crop, or solo-learn's own count (the hook bypassed)."""
     cfg = _tiny_cfg("attentionnce.yaml", tiny_image_folder["train"])
-    cfg.augmentations = cfg.augmentations[:1]  # anchors only
+    cfg.data.num_small_crops = 0  # anchors only
     with pytest.raises(CropLayoutError, match="no positive crop"):
+        AttentionNCE(cfg.copy())
+    cfg.data.num_large_crops = 6  # what solo-learn's parse_cfg counts for the paper's layout
+    with pytest.raises(CropLayoutError, match="wrap_pretrain_parse_cfg"):
         AttentionNCE(cfg)
 
 

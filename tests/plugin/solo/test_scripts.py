@@ -25,6 +25,8 @@ require_solo()  # loudly, at collection: these tests are the integration, they m
 from helpers.configs import pretrain_argv  # noqa: E402
 from helpers.scripts import find_checkpoints, read_metrics_csv, run_script  # noqa: E402
 
+from attnce_plugin.callbacks.recorder import read_records  # noqa: E402
+
 pytestmark = pytest.mark.integration  # trains through solo-learn or runs its scripts
 
 
@@ -41,14 +43,14 @@ def cifar_run(tiny_image_folder, tmp_path_factory) -> Dict[str, Path]:
     shared by the metric, resume and linear tests."""
     cwd = tmp_path_factory.mktemp("cifar_run")
     ckpt_dir = cwd / "ckpt"
-    proc = run_script(
-        pretrain_argv("cifar", "attentionnce.yaml", tiny_image_folder, ckpt_dir, validate=True),
-        cwd,
-        csv_logger=True,  # read_metrics_csv, with or without tensorboard installed
+    record = cwd / "run.jsonl"
+    argv = pretrain_argv(
+        "cifar", "attentionnce.yaml", tiny_image_folder, ckpt_dir, validate=True, record=record
     )
+    proc = run_script(argv, cwd)
     ckpts = find_checkpoints(ckpt_dir)
     assert len(ckpts) == 1, f"expected one checkpoint, found {ckpts}\n{proc.stdout[-3000:]}"
-    return {"cwd": cwd, "ckpt_dir": ckpt_dir, "ckpt": ckpts[0]}
+    return {"cwd": cwd, "ckpt_dir": ckpt_dir, "ckpt": ckpts[0], "record": record}
 
 
 def test_paper_setting_trains_and_logs_attention(cifar_run):
@@ -58,25 +60,22 @@ def test_paper_setting_trains_and_logs_attention(cifar_run):
     assert args["data"]["num_large_crops"] == 2 and args["data"]["num_small_crops"] == 4
     assert args["method_kwargs"]["d_pos"] == 1 and args["method_kwargs"]["d_neg"] == 10
 
-    rows = read_metrics_csv(cifar_run["cwd"])
-    assert rows, "no lightning_logs/*/metrics.csv written"
-    logged = {k for row in rows for k, v in row.items() if v not in ("", None)}
+    records = read_records(cifar_run["record"])  # diagnostics.record, whatever logger is installed
+    (epoch,) = [r for r in records if r["event"] == "epoch"]
     for key in (
-        "train_nce_loss_step",
-        "train_attn_eff_num_positives_step",
-        "train_attn_max_beta_step",
-        "train_class_loss_step",
+        "train_nce_loss",
+        "train_attn_eff_num_positives",
+        "train_attn_max_beta",
+        "train_class_loss",
+        "train_repr_alignment",
         "val_acc1",
+        "val_repr_feats_eff_rank",
     ):
-        assert key in logged, f"{key} not logged; logged: {sorted(logged)}"
-    eff = [
-        float(r["train_attn_eff_num_positives_step"])
-        for r in rows
-        if r.get("train_attn_eff_num_positives_step")
-    ]
-    assert all(1.0 <= e <= 4.0 + 1e-4 for e in eff), eff  # 1 <= effective M <= M = 4
-    losses = [float(r["train_nce_loss_step"]) for r in rows if r.get("train_nce_loss_step")]
-    assert losses and all(math.isfinite(x) for x in losses)
+        assert key in epoch, f"{key} not logged; logged: {sorted(epoch)}"
+    eff = epoch["train_attn_eff_num_positives"]
+    assert 1.0 <= eff <= 4.0 + 1e-4, eff  # 1 <= effective M <= M = 4
+    losses = [r["loss"] for r in records if r["event"] == "step"]
+    assert len(losses) == 2 and all(x is not None and math.isfinite(x) for x in losses)
 
 
 def test_resume_from_checkpoint(cifar_run, tiny_image_folder, tmp_path):
@@ -114,15 +113,10 @@ def test_main_linear_on_checkpoint(cifar_run, tiny_image_folder, tmp_path):
             f"data.val_path={tiny_image_folder['val']}",
             "data.num_workers=0",
             "optimizer.batch_size=4",
-            "accelerator=cpu",
-            "precision=32",
-            "strategy=auto",
-            "sync_batchnorm=False",
-            'devices="1"',
+            "trainer=cpu",
             "max_epochs=1",
             "++limit_train_batches=1",
             "++limit_val_batches=1",
-            "++num_sanity_val_steps=0",
             f"checkpoint.dir={tmp_path / 'ckpt'}",
             "auto_resume.enabled=False",
         ],
@@ -214,8 +208,8 @@ def test_checkpoint_loads_to_the_arranged_map_location(cifar_run):
     """What the knn/umap wrappers arrange reaches Lightning's loading (a recording map location
     stands in for "cuda"), an explicit map_location wins, and a config with compile and
     sync_batchnorm, refused for training, still loads for evaluation."""
+    from attnce_plugin.cli import checkpoints_loaded_to
     from attnce_plugin.methods import AttentionNCE, MethodConfigError
-    from attnce_plugin.methods.core import default_map_location
 
     cfg = OmegaConf.create(json.loads((cifar_run["ckpt"].parent / "args.json").read_text()))
     seen: List[str] = []
@@ -224,12 +218,12 @@ def test_checkpoint_loads_to_the_arranged_map_location(cifar_run):
         seen.append(location)
         return storage
 
-    with default_map_location(record):
+    with checkpoints_loaded_to(record):
         model = AttentionNCE.load_from_checkpoint(cifar_run["ckpt"], strict=False, cfg=cfg)
     assert seen and set(seen) == {"cpu"}  # every tensor went through the arranged location
     assert model.device.type == "cpu"
     seen.clear()
-    with default_map_location(record):
+    with checkpoints_loaded_to(record):
         AttentionNCE.load_from_checkpoint(
             cifar_run["ckpt"], map_location="cpu", strict=False, cfg=cfg
         )
@@ -237,7 +231,7 @@ def test_checkpoint_loads_to_the_arranged_map_location(cifar_run):
 
     both = OmegaConf.merge(cfg, {"sync_batchnorm": True, "method_kwargs": {"compile": True}})
     with pytest.raises(MethodConfigError, match="method_kwargs.compile=true cannot be combined"):
-        AttentionNCE(both.copy())
+        AttentionNCE(both.copy()).setup("fit")
     model = AttentionNCE.load_from_checkpoint(cifar_run["ckpt"], strict=False, cfg=both.copy())
     assert model.cfg.method_kwargs.compile is True
 
@@ -294,19 +288,20 @@ def test_pretrain_at_mixed_precision(precision, device, tiny_image_folder, tmp_p
     ],
 )
 def test_pretrain_config_family(family, config_name, tiny_image_folder, tmp_path):
-    ckpt_dir = tmp_path / "ckpt"
+    ckpt_dir, record = tmp_path / "ckpt", tmp_path / "run.jsonl"
     run_script(
-        pretrain_argv(family, config_name, tiny_image_folder, ckpt_dir), tmp_path, csv_logger=True
+        pretrain_argv(family, config_name, tiny_image_folder, ckpt_dir, record=record), tmp_path
     )
     ckpts = find_checkpoints(ckpt_dir)
     assert len(ckpts) == 1, ckpts
     args = json.loads((ckpts[0].parent / "args.json").read_text())
     assert args["data"]["num_large_crops"] == 2 and args["data"]["num_small_crops"] == 4
-    rows = read_metrics_csv(tmp_path)
-    loss_key = "train_contrastive_loss_step" if "mocov3" in config_name else "train_nce_loss_step"
-    losses = [float(r[loss_key]) for r in rows if r.get(loss_key)]
-    assert losses and all(math.isfinite(x) for x in losses), rows
-    assert any(r.get("train_attn_max_beta_step") for r in rows)
+    records = read_records(record)
+    (epoch,) = [r for r in records if r["event"] == "epoch"]
+    loss_key = "train_contrastive_loss" if "mocov3" in config_name else "train_nce_loss"
+    assert math.isfinite(epoch[loss_key]) and epoch["train_attn_max_beta"] >= 1.0, epoch
+    losses = [r["loss"] for r in records if r["event"] == "step"]
+    assert losses and all(x is not None and math.isfinite(x) for x in losses), records
 
 
 def test_ddp_two_processes(tiny_image_folder, tmp_path):
@@ -314,7 +309,6 @@ def test_ddp_two_processes(tiny_image_folder, tmp_path):
     too, or the child would fail at main_pretrain's num_large_crops check / METHODS lookup."""
     ckpt_dir = tmp_path / "ckpt"
     argv = pretrain_argv("cifar", "mocov3_attentionnce.yaml", tiny_image_folder, ckpt_dir)
-    argv = [a for a in argv if a not in ("strategy=auto", 'devices="1"')]
     proc = run_script(argv + ["strategy=ddp", 'devices="02"'], tmp_path, threads=1)
     ckpts = find_checkpoints(ckpt_dir)
     assert len(ckpts) == 1, proc.stdout[-3000:]

@@ -1,11 +1,13 @@
-"""Stop training when the self-supervised loss becomes NaN or infinite, before it is checkpointed.
+"""Stop training when the training loss becomes NaN or infinite, before it is checkpointed.
 
-A plain ``if not torch.isfinite(loss)`` each step would make the host wait for the whole step on a
-GPU, so Lightning's per-step host work could no longer overlap the GPU. Instead the method calls
-:meth:`FiniteLossGuard.record` each step, which keeps, with tensor ops on the loss's device and no
-host sync, the FIRST step whose loss was non-finite and that loss value; the guard, a Lightning
-callback, reads that record every ``method_kwargs.finite_check_every`` batches and at the last
-batch of every epoch, i.e. before solo-learn's ``Checkpointer`` (an ``on_train_epoch_end``
+Switched on by ``diagnostics.finite_loss_guard: true`` (checks every
+``diagnostics.finite_check_every`` batches). Lightning's ``EarlyStopping(check_finite=True)`` sees a
+NaN only at an epoch's end, on a logged metric, after the epoch's callbacks may have saved it; a
+plain ``if not torch.isfinite(loss)`` each step would make the host wait for the whole step on a
+GPU. Instead :meth:`FiniteLossGuard.record` keeps, at each step's end, with tensor ops on the loss's
+device and no host sync, the FIRST step whose loss (what ``training_step`` returned) was
+non-finite and that value; the guard reads that record every ``check_every`` batches and at the
+last batch of every epoch, i.e. before solo-learn's ``Checkpointer`` (an ``on_train_epoch_end``
 callback) can save a NaN model over the last good checkpoint. Under DDP the flag is all-reduced
 (max) at the check, so every process raises at the same batch and none is left waiting in a
 collective.
@@ -18,10 +20,26 @@ from typing import Any, Callable, Optional
 
 import torch
 from lightning.pytorch.callbacks import Callback
+from omegaconf import OmegaConf
+
+from attnce_plugin.checks import check_int_at_least
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The self-supervised loss became NaN or infinite during training."""
+    """The training loss became NaN or infinite."""
+
+
+def describe_settings(cfg: Any) -> str:
+    """The settings the guard's message prints: the loss scales, the optimizer, the precision."""
+    keys = ("temperature", "d_pos", "d_neg", "loss")
+    kwargs = OmegaConf.select(cfg, "method_kwargs", default={}) or {}
+    shown = ", ".join(f"{k}={kwargs[k]}" for k in keys if k in kwargs)
+    opt = OmegaConf.select(cfg, "optimizer", default={}) or {}
+    return (
+        f"method={OmegaConf.select(cfg, 'method', default=None)}, method_kwargs: {shown}; "
+        f"optimizer={opt.get('name')}, lr={opt.get('lr')}, batch_size={opt.get('batch_size')}, "
+        f"precision={OmegaConf.select(cfg, 'precision', default=None)}"
+    )
 
 
 class FiniteLossGuard(Callback):
@@ -37,8 +55,7 @@ class FiniteLossGuard(Callback):
     def __init__(
         self, method_name: str, check_every: int, describe_settings: Callable[[], str]
     ) -> None:
-        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
-            raise ValueError(f"check_every must be an integer >= 1, got {check_every!r}")
+        check_int_at_least("check_every", check_every, 1)
         self.method_name = method_name
         self.check_every = check_every
         self.describe_settings = describe_settings
@@ -89,9 +106,9 @@ class FiniteLossGuard(Callback):
             else "on another process (its message names the step)"
         )
         raise NonFiniteLossError(
-            f"the {self.method_name} self-supervised loss became NaN/inf, {where}; detected after "
+            f"the {self.method_name} training loss became NaN/inf, {where}; detected after "
             f"batch {batch_idx} of epoch {epoch} (the guard checks every "
-            f"method_kwargs.finite_check_every={self.check_every} batches and at each epoch's last "
+            f"diagnostics.finite_check_every={self.check_every} batches and at each epoch's last "
             f"batch). Training stopped before a NaN model could be checkpointed. Settings: "
             f"{self.describe_settings()}. Usual causes: a learning rate too high for the batch "
             "size, fp16 overflow (try precision=bf16-mixed or 32), or a corrupt input batch"
@@ -100,7 +117,11 @@ class FiniteLossGuard(Callback):
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        """Check every ``check_every`` batches and at the last batch of every epoch."""
+        """Record the step's loss; check every ``check_every`` batches and at each epoch's end."""
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            # trainer.global_step already counts this step: the step's own number is one less.
+            self.record(loss, int(trainer.global_step) - 1)
         self._since_check += 1
         num_batches = getattr(trainer, "num_training_batches", math.inf)
         last_of_epoch = math.isfinite(num_batches) and batch_idx + 1 >= num_batches

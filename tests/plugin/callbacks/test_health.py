@@ -1,7 +1,7 @@
-"""Representation-health metrics at validation (methods) and in the benchmark's offline probe.
-
-References are numpy float64 evaluations of the definitions, on embeddings recomputed here from
-the trained model, not the values the code under test kept.
+"""Representation health (attnce_plugin/callbacks/health.py, ``diagnostics.representation_health``):
+the metrics against numpy float64 evaluations of their definitions, and the callback's logged
+values against the same definitions on embeddings recomputed here from the trained model, not the
+values the code under test kept.
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ import lightning.pytorch as pl  # noqa: E402
 from helpers.configs import compose_pretrain_cfg  # noqa: E402
 from helpers.trainer import cpu_trainer  # noqa: E402
 
-from attnce_bench import report  # noqa: E402
-from attnce_bench.probe import offline_health  # noqa: E402
+from attnce_plugin.callbacks.health import (  # noqa: E402
+    RepresentationHealth,
+    alignment,
+    effective_rank,
+    representation_health,
+    uniformity,
+)
 from attnce_plugin.methods import AttentionNCE  # noqa: E402
-from attnce_plugin.methods.health import ValidationSample, representation_health  # noqa: E402
-
-pytestmark = pytest.mark.integration  # trains through solo-learn or runs its scripts
 
 
 def _np_uniformity(x: np.ndarray) -> float:
@@ -51,19 +53,40 @@ def test_representation_health_matches_numpy():
     assert float(got["eff_rank"]) == pytest.approx(_np_eff_rank(x), rel=1e-5)
 
 
-def test_offline_health_subsamples_and_matches_numpy():
+def _unit(a: np.ndarray) -> np.ndarray:
+    return a / np.linalg.norm(a, axis=1, keepdims=True)
+
+
+def test_alignment_and_uniformity_match_definitions():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 6)), rng.normal(size=(40, 6))
+    xu, yu = _unit(x), _unit(y)
+    want_align = np.mean(np.linalg.norm(xu - yu, axis=1) ** 2)
+    pair = [np.exp(-2 * np.sum((xu[i] - xu[j]) ** 2)) for i in range(40) for j in range(i + 1, 40)]
+    want_unif = np.log(np.mean(pair))
+    assert float(alignment(torch.tensor(x), torch.tensor(y))) == pytest.approx(want_align, rel=1e-5)
+    assert float(uniformity(torch.tensor(x))) == pytest.approx(want_unif, rel=1e-5)
+
+
+def test_effective_rank_extremes_and_definition():
     rng = np.random.default_rng(1)
-    x = rng.normal(size=(30, 5))
-    full = offline_health(torch.tensor(x), max_samples=100)
-    assert full["uniformity"] == pytest.approx(_np_uniformity(x), rel=1e-5)
-    assert full["eff_rank"] == pytest.approx(_np_eff_rank(x), rel=1e-5)
-    sub = offline_health(torch.tensor(x), max_samples=10)
-    again = offline_health(torch.tensor(x), max_samples=10)
-    assert sub == again  # the subset is seeded
-    idx = torch.randperm(30, generator=torch.Generator().manual_seed(0))[:10].numpy()
-    assert sub["eff_rank"] == pytest.approx(_np_eff_rank(x[idx]), rel=1e-5)
-    with pytest.raises(ValueError, match="max_samples"):
-        offline_health(torch.tensor(x), max_samples=1)
+    line = rng.normal(size=(200, 1)) * rng.normal(size=(1, 8))
+    assert float(effective_rank(torch.tensor(line))) == pytest.approx(1.0, abs=1e-6)
+    iso = rng.normal(size=(20000, 8))
+    assert float(effective_rank(torch.tensor(iso))) == pytest.approx(8.0, rel=0.01)
+    x = rng.normal(size=(300, 5)) * np.array([3.0, 2.0, 1.0, 0.5, 0.1])
+    eig = np.clip(np.linalg.eigvalsh(np.cov(x, rowvar=False)), 0, None)
+    p = eig / eig.sum()
+    assert float(effective_rank(torch.tensor(x))) == pytest.approx(
+        math.exp(-np.sum(p * np.log(p))), rel=1e-9
+    )
+
+
+def test_metric_errors():
+    with pytest.raises(ValueError, match=r"\[n, d\]"):
+        uniformity(torch.randn(1, 4))
+    with pytest.raises(ValueError, match=r"\[3, 4\] and \[2, 4\]"):
+        alignment(torch.randn(3, 4), torch.randn(2, 4))
 
 
 def _cfg(train_path: Path, overrides: Sequence[str] = ()):
@@ -82,13 +105,16 @@ class _NoGrad(pl.Callback):
         ]
 
 
+@pytest.mark.integration  # trains through solo-learn
 def test_anchor_mean_training_logs_health_of_a_capped_random_subset(tiny_image_folder):
     """One in-process run of ``anchor: mean`` with validation (the only slow test of the two
     files): every parameter gets a gradient, the MI bound uses K = B - 1, and the val metrics
     equal numpy's on the documented random subset, recomputed from the trained model."""
     pl.seed_everything(2)
-    model = AttentionNCE(_cfg(tiny_image_folder["train"], ["+method_kwargs.anchor=mean"]))
-    model.val_sample = ValidationSample(max_samples=7)
+    # The shipped health callback is switched off; one with a small cap is passed instead.
+    overrides = ["+method_kwargs.anchor=mean", "diagnostics.representation_health=false"]
+    model = AttentionNCE(_cfg(tiny_image_folder["train"], overrides))
+    health = RepresentationHealth(max_samples=7)
     g = torch.Generator().manual_seed(0)
     train = [
         [
@@ -103,15 +129,12 @@ def test_anchor_mean_training_logs_health_of_a_capped_random_subset(tiny_image_f
     val_x = torch.randn(12, 3, 32, 32, generator=g)
     val = [[val_x[i : i + 4], torch.randint(0, 5, (4,), generator=g)] for i in range(0, 12, 4)]
     no_grad = _NoGrad()
-    trainer = cpu_trainer(
-        num_sanity_val_steps=0,
-        callbacks=[no_grad],
-    )
+    trainer = cpu_trainer(num_sanity_val_steps=0, callbacks=[no_grad, health])
     loader = lambda data: torch.utils.data.DataLoader(data, batch_size=None)  # noqa: E731
     trainer.fit(model, train_dataloaders=loader(train), val_dataloaders=loader(val))
     m = trainer.callback_metrics
 
-    # The subset the mixin documents: keys from a generator seeded with 0, 7 smallest kept.
+    # The subset the callback documents: keys from a generator seeded with 0, 7 smallest kept.
     keys = torch.rand(12, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     keep = torch.argsort(keys)[:7]
     model.eval()
@@ -127,61 +150,10 @@ def test_anchor_mean_training_logs_health_of_a_capped_random_subset(tiny_image_f
     assert float(m["train_repr_mi_bound"]) == pytest.approx(
         math.log(4) - float(m["train_nce_loss"]), abs=1e-5
     )
-    assert model.val_sample.size == 0  # emptied after logging
+    assert health.sample.size == 0  # emptied after logging
 
 
-def test_report_health_section(tmp_path: Path):
-    base = dict(
-        comparison="equal-epoch",
-        num_positives=0,
-        epochs=3,
-        status="ok",
-        knn_acc1=70.0,
-        linear_acc1=70.0,
-        offline_acc1=71.0,
-        seconds_per_epoch=1.0,
-        train_seconds=3.0,
-        peak_rss_mib=1.0,
-        matched_to=None,
-    )
-    results: List[dict] = [
-        dict(
-            base,
-            label="SimCLR",
-            method="simclr",
-            seed=0,
-            offline_uniformity=-3.0,
-            offline_eff_rank=40.0,
-        ),
-        dict(
-            base,
-            label="SimCLR",
-            method="simclr",
-            seed=1,
-            offline_uniformity=-3.5,
-            offline_eff_rank=44.0,
-        ),
-        dict(base, label="MoCo v3", method="mocov3", seed=0),  # probe without health values
-    ]
-    rows = report.aggregate(results)
-    md = report.render_markdown(rows, "# h")
-    section = md.split("## Representation health")[1]
-    assert "| SimCLR | 3 | 2 | -3.25 ± 0.35 | 42.0 ± 2.8 |" in section
-    assert "| MoCo v3 | 3 | 1 | n/a | n/a |" in section
-    _, summary = report.write_csvs(results, rows, tmp_path)
-    assert "offline_eff_rank_mean" in summary.read_text().splitlines()[0]
-    # No health values anywhere: no section (older results files).
-    plain = [
-        {
-            k: v
-            for k, v in r.items()
-            if not k.startswith("offline_u") and not k.startswith("offline_e")
-        }
-        for r in results
-    ]
-    assert "Representation health" not in report.render_markdown(report.aggregate(plain), "# h")
-
-
+@pytest.mark.integration  # trains through solo-learn
 def test_moco_form_logs_health_with_its_loss_in_nats(tiny_image_folder):
     """``mocov3_attentionnce`` logs the same health keys; its MI bound uses K = B - 1 keys per
     query and the loss with MoCo's 2 * tau scale divided out (mean of the two symmetric terms)."""
