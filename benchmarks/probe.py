@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from attnce_plugin.representation import effective_rank, uniformity
+from attnce_plugin.callbacks.health import effective_rank, uniformity
 
 #: L2 strengths tried on the hold-out split (per-sample loss, so comparable across sizes).
 DEFAULT_L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)

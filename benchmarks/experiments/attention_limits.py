@@ -26,13 +26,13 @@ import torch
 import torch.nn.functional as F
 
 from attnce_plugin.attention import attention_stats
-from attnce_plugin.losses import attentionnce_loss_with_attention
-from attnce_plugin.representation import (
+from attnce_plugin.callbacks.health import (
     alignment,
     covariance_spectrum,
     effective_rank,
     uniformity,
 )
+from attnce_plugin.losses import attentionnce_loss_with_attention
 from benchmarks.options import Options
 from benchmarks.report import table
 

@@ -25,8 +25,6 @@ require_solo()  # loudly, at collection: these tests are the integration, they m
 from helpers.configs import pretrain_argv  # noqa: E402
 from helpers.scripts import find_checkpoints, read_metrics_csv, run_script  # noqa: E402
 
-from attnce_plugin.callbacks.recorder import read_records  # noqa: E402
-
 pytestmark = pytest.mark.integration  # trains through solo-learn or runs its scripts
 
 
