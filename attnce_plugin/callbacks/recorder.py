@@ -7,7 +7,8 @@ same everywhere. Written on global rank 0 only, appended to (a resumed run conti
     {"event": "fit_start", "max_epochs", "num_training_batches", "precision", "world_size",
      "sync_batchnorm_layers"}
     {"event": "step", "step", "epoch", "loss"}                       # each training step
-    {"event": "epoch", "epoch" (1-based), "train_seconds", "elapsed_seconds", "peak_rss_mib",
+    {"event": "epoch", "epoch" (1-based), "train_seconds", "elapsed_seconds",
+     "{data,forward,backward,optimizer}_seconds", "val_seconds", "peak_rss_mib",
      "peak_cuda_mib", <every scalar of trainer.callback_metrics>}
     {"event": "fit_end", "elapsed_seconds", "peak_rss_mib", "peak_cuda_mib"}
 
@@ -55,6 +56,11 @@ def _json_number(value: float) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
+#: The phases of a training step the epoch record sums: loader wait, training_step, backward,
+#: the rest of the step (optimizer, and a momentum method's update on the next batch's start).
+PHASES = ("data", "forward", "backward", "optimizer")
+
+
 class RunRecorder(Callback):
     """Write the run's timing and metrics to ``path`` as JSON lines (see the module docstring).
 
@@ -70,6 +76,11 @@ class RunRecorder(Callback):
         self._epoch_start: Optional[float] = None
         self._last_batch_end: Optional[float] = None
         self._steps: List[Tuple[int, int, torch.Tensor]] = []  # (step, epoch, loss on device)
+        # Host-side seconds of the epoch's phases, summed over its steps (see _mark).
+        self._phases: Dict[str, float] = {}
+        self._mark_at: Optional[float] = None
+        self._val_start: Optional[float] = None
+        self._val_seconds = 0.0
 
     def _write(self, trainer: Any, *records: Dict[str, Any]) -> None:
         if not trainer.is_global_zero:
@@ -103,9 +114,37 @@ class RunRecorder(Callback):
         )
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._epoch_start = time.perf_counter()
+        self._epoch_start = self._mark_at = time.perf_counter()
         self._last_batch_end = None
         self._steps = []
+        self._phases = dict.fromkeys(PHASES, 0.0)
+        self._val_seconds = 0.0
+
+    def _mark(self, phase: str) -> None:
+        """Add the seconds since the last mark to ``phase``: host time, so on a GPU a phase ends
+        when its kernels are queued, not when they have run (only the epoch total waits)."""
+        now = time.perf_counter()
+        if self._mark_at is not None and phase in self._phases:
+            self._phases[phase] += now - self._mark_at
+        self._mark_at = now
+
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._mark("data")  # since the last batch ended: waiting for the loader
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        self._mark("forward")  # training_step: backbone, projector, loss
+
+    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+        self._mark("backward")
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._val_start = time.perf_counter()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._val_start is not None and not trainer.sanity_checking:
+            self._val_seconds += time.perf_counter() - self._val_start
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
@@ -116,6 +155,7 @@ class RunRecorder(Callback):
             self._steps.append((trainer.global_step - 1, trainer.current_epoch, loss.detach()))
         if _on_cuda(pl_module) and batch_idx + 1 >= trainer.num_training_batches:
             torch.cuda.synchronize(pl_module.device)  # the epoch's time includes its last batch
+        self._mark("optimizer")  # the optimizer step and Lightning's bookkeeping of the step
         self._last_batch_end = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
@@ -138,6 +178,8 @@ class RunRecorder(Callback):
             "epoch": trainer.current_epoch + 1,
             "train_seconds": end - (self._epoch_start or end),
             "elapsed_seconds": now - (self._fit_start or now),
+            **{f"{phase}_seconds": value for phase, value in self._phases.items()},
+            "val_seconds": self._val_seconds,
             **self._peaks(pl_module),
         }
         for key, value in trainer.callback_metrics.items():

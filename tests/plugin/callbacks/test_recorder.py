@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import List
 
@@ -104,3 +105,29 @@ def test_trainer_cpu_is_one_quiet_cpu_process_without_wandb(config: str) -> None
     assert cfg.sync_batchnorm is False and cfg.precision == 32 and cfg.num_sanity_val_steps == 0
     assert cfg.wandb.enabled is False
     assert cfg.checkpoint.enabled is True  # the rest as trainer/gpu.yaml
+
+
+class _Slow(_Tiny):
+    """Sleeps a known time in training_step and in backward (the reference for the phases)."""
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.05)
+        return super().training_step(batch, batch_idx)
+
+    def backward(self, loss, *args, **kwargs):
+        time.sleep(0.03)
+        super().backward(loss, *args, **kwargs)
+
+
+def test_epoch_phases_add_up_to_the_training_time(tmp_path: Path) -> None:
+    data = torch.utils.data.DataLoader(torch.randn(6, 3), batch_size=2)
+    path = tmp_path / "run.jsonl"
+    trainer = cpu_trainer(max_epochs=1, callbacks=[RunRecorder(path)], num_sanity_val_steps=0)
+    trainer.fit(_Slow(), train_dataloaders=data, val_dataloaders=data)
+    (epoch,) = [r for r in read_records(path) if r["event"] == "epoch"]
+    phases = [epoch[f"{p}_seconds"] for p in ("data", "forward", "backward", "optimizer")]
+    assert min(phases) >= 0
+    assert sum(phases) == pytest.approx(epoch["train_seconds"], abs=1e-3)
+    assert epoch["forward_seconds"] >= 3 * 0.05 and epoch["backward_seconds"] >= 3 * 0.03
+    assert epoch["forward_seconds"] < epoch["train_seconds"] - 3 * 0.03
+    assert 0 < epoch["val_seconds"] < epoch["elapsed_seconds"]
