@@ -18,6 +18,7 @@ EXPERIMENTS = (
     "batch_positives_effect",
     "false_negatives",
     "moco_settings",
+    "step_profile",
 )
 
 

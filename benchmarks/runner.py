@@ -112,10 +112,10 @@ def config_name(method: str, dataset: str) -> str:
 
 
 def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
-    """Every override of a run, later ones winning: the method's, the run's settings, the
-    budget's, the ``--set`` values, the raw overrides."""
+    """Every override of a run, later ones winning: the method's, the budget's, the run's
+    settings, the ``--set`` values, the raw overrides."""
     ds = DATASETS[budget.data.dataset]
-    out = [*METHODS[run.method][1], *run.settings]
+    out = list(METHODS[run.method][1])
     out += [f"++data.dataset={ds.solo_dataset}", f"++data.train_path={budget.data.train}"]
     out.append(f"++data.val_path={budget.data.val}" if budget.data.val else "~data.val_path")
     if budget.num_workers is not None:
@@ -142,6 +142,7 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     ]
     if budget.limit_train_batches is not None:
         out.append(f"++limit_train_batches={budget.limit_train_batches}")
+    out += run.settings
     for method, key, value in map(parse_set, budget.sets):
         if method in (None, run.method):
             out.append(f"++{key}={value}")

@@ -94,6 +94,10 @@ class AttentionNCE(AttentionNCECore, BaseMethod):
 
     With ``loss: simclr`` this is solo-learn's SimCLR step (``simclr_loss_func`` on the 2 anchors,
     key ``train_nce_loss``) with this method's projector and recipe: the paper's SimCLR baseline.
+    With ``loss: simclr_all_views`` it is solo-learn's SimCLR with the M positives as its small
+    crops: ``simclr_loss_func`` on all 2 + M views of each image, every other view of the image a
+    positive (summed inside the log) and the (2 + M)(B - 1) views of the other images negatives
+    (AttentionNCE has 2B - 2): the baseline that sees the same views without the attention.
     The first 2 crops of ``augmentations`` are the anchors, all later crops the positives (see
     :mod:`attnce_plugin.methods.crops`).
     """
@@ -123,7 +127,7 @@ class AttentionNCE(AttentionNCECore, BaseMethod):
         """
         cfg = super(AttentionNCE, AttentionNCE).add_and_assert_specific_cfg(cfg)
         cfg = AttentionNCE.check_core_cfg(cfg)
-        if cfg.method_kwargs.loss == "simclr" and cfg.method_kwargs.anchor != "views":
+        if cfg.method_kwargs.loss != "attentionnce" and cfg.method_kwargs.anchor != "views":
             raise MethodConfigError(
                 "method_kwargs.anchor=mean needs method_kwargs.loss=attentionnce (solo-learn's "
                 "SimCLR loss compares the 2 anchor views with each other); allowed with "
@@ -181,12 +185,18 @@ class AttentionNCE(AttentionNCECore, BaseMethod):
         out = super().training_step(solo_batch, batch_idx)
         z = out["z"][: self.num_large_crops]
         images = world_size() * int(indexes.shape[0])
-        if self.loss_name == "simclr":
-            # solo-learn's SimCLR.training_step, on the anchors.
+        if self.loss_name in ("simclr", "simclr_all_views"):
+            # solo-learn's SimCLR.training_step: on the anchors, or on every view it forwarded.
+            views = z if self.loss_name == "simclr" else list(out["z"])
+            if self.loss_name == "simclr_all_views" and self.hides_positives:
+                views += [
+                    o["z"] for o in self.forward_positives(self.multicrop_forward, positive_crops)
+                ]
             nce_loss = simclr_loss_func(
-                torch.cat(z), indexes.repeat(len(z)), temperature=self.temperature
+                torch.cat(views), indexes.repeat(len(views)), temperature=self.temperature
             )
-            self.log_contrastive("train_nce_loss", nce_loss, None, z, nce_loss, 2 * images - 2)
+            negatives = len(views) * images - len(views)
+            self.log_contrastive("train_nce_loss", nce_loss, None, z, nce_loss, negatives)
             return nce_loss + out["loss"]
 
         if self.hides_positives:

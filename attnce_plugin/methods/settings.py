@@ -322,8 +322,10 @@ ATTENTIONNCE_SETTINGS: Tuple[Setting, ...] = (
         "choice",
         "attentionnce",
         "`simclr`: solo-learn's SimCLR loss on the 2 anchors (positive crops unused), the baseline "
-        "with the same network and recipe",
-        choices=("attentionnce", "simclr"),
+        "with the same network and recipe; `simclr_all_views`: solo-learn's SimCLR loss on all "
+        "2 + M views (every other view of the image a positive), the baseline that sees the same "
+        "views",
+        choices=("attentionnce", "simclr", "simclr_all_views"),
     ),
     Setting(
         "anchor",

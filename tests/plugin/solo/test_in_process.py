@@ -180,14 +180,16 @@ def _fit(model: pl.LightningModule, batches, seed: int = 5) -> _Recorder:
     return recorder
 
 
-def _assert_trains_like_solo(ours: pl.LightningModule, reference: pl.LightningModule, batches):
+def _assert_trains_like_solo(
+    ours: pl.LightningModule, reference: pl.LightningModule, batches, reference_crops: int = 2
+):
     """Same initial weights, then bit-identical losses at each of 3 steps and weights after them;
-    solo-learn's method sees only the 2 anchor crops of each batch."""
+    solo-learn's method sees the first ``reference_crops`` crops of each batch (the 2 anchors)."""
     for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
         assert k1 == k2 and torch.equal(v1, v2), k1
 
     ours_rec = _fit(ours, batches)
-    ref_rec = _fit(reference, [[i, crops[:2], y] for i, crops, y in batches])
+    ref_rec = _fit(reference, [[i, crops[:reference_crops], y] for i, crops, y in batches])
     assert len(ref_rec.losses) == 3
     for step, (a, b) in enumerate(zip(ours_rec.losses, ref_rec.losses)):
         assert torch.equal(a, b), f"step {step}: ours {a.item()} vs solo {b.item()}"
@@ -238,6 +240,33 @@ def test_simclr_flag_reproduces_solo_simclr_step_for_step(tiny_image_folder):
     pl.seed_everything(5)
     reference = solo.methods.SimCLR(solo_cfg)
     _assert_trains_like_solo(ours, reference, batches)
+
+
+def test_simclr_all_views_reproduces_solo_simclr_with_small_crops_step_for_step(
+    tiny_image_folder,
+):
+    """loss=simclr_all_views == solo's SimCLR whose small crops are the 4 positives: its loss on
+    all 6 views (the same-views baseline of docs/results.md)."""
+    ours_cfg = _tiny_cfg(
+        "attentionnce_multicrop.yaml",
+        tiny_image_folder["train"],
+        # positives_update_bn as solo's SimCLR, whose small crops update BatchNorm's statistics
+        ["+method_kwargs.loss=simclr_all_views", "views.positive_crop_size=16",
+         "method_kwargs.positives_update_bn=true"],
+    )  # fmt: skip
+    assert (ours_cfg.data.num_large_crops, ours_cfg.data.num_small_crops) == (2, 4)
+    solo_cfg = copy.deepcopy(ours_cfg)
+    solo_cfg.method = "simclr"
+    solo_cfg.method_kwargs = {
+        k: ours_cfg.method_kwargs[k] for k in ("proj_hidden_dim", "proj_output_dim", "temperature")
+    }
+
+    batches = _batches(num_steps=3, num_crops=6, small=16)
+    pl.seed_everything(5)
+    ours = AttentionNCE(ours_cfg)
+    pl.seed_everything(5)
+    reference = solo.methods.SimCLR(solo_cfg)
+    _assert_trains_like_solo(ours, reference, batches, reference_crops=6)
 
 
 @pytest.mark.parametrize(
