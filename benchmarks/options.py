@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from benchmarks.runs import ATTENTION_METHODS, BENCH_METHODS, DATASETS, PRESETS
+from benchmarks.runs import ALL_METHODS, ATTENTION_METHODS, BENCH_METHODS, DATASETS, PRESETS
 
 EXPERIMENTS = (
     "attention_limits",
@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--limit-train-batches", type=int, help="Lightning limit_train_batches")
 
     g = p.add_argument_group("what to compare")
-    g.add_argument("--methods", type=_strs, default=BENCH_METHODS, help=",".join(BENCH_METHODS))
+    g.add_argument("--methods", type=_strs, default=BENCH_METHODS,
+                   help="default " + ",".join(BENCH_METHODS) + "; also " + ",".join(ALL_METHODS[4:]))  # fmt: skip
     g.add_argument("--num-positives", type=int, default=4, help="M of the AttentionNCE rows")
     g.add_argument("--extra-m", type=_ints, default=(2,), help="more M rows (SimCLR form)")
     g.add_argument("--no-time-matched", dest="time_matched", action="store_false",

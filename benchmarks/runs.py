@@ -20,6 +20,14 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "attentionnce": ("attentionnce", ()),
     "mocov3_attentionnce": ("mocov3_attentionnce", ()),
     "attentionnce_multicrop": ("attentionnce_multicrop", ()),
+    # The two controls of issue 19: the same 2 + M views without the attention (solo-learn's
+    # SimCLR loss on every view), and AttentionNCE with its attention switched off (d_pos, d_neg
+    # -> inf: alpha uniform to 1e-6, beta = 1 + K * 1e-6: the mean prototype, plain negatives).
+    "simclr_views": ("attentionnce", ("++method_kwargs.loss=simclr_all_views",)),
+    "attentionnce_off": (
+        "attentionnce",
+        ("++method_kwargs.d_pos=1000000.0", "++method_kwargs.d_neg=1000000.0"),
+    ),
 }
 
 
@@ -44,8 +52,10 @@ DATASETS: Dict[str, DatasetSpec] = {
     "custom": DatasetSpec("custom", "custom"),
 }
 
-#: The methods ``--methods`` chooses from, in table order.
+#: The methods ``--methods`` runs by default, in table order.
 BENCH_METHODS: Tuple[str, ...] = ("simclr", "mocov3", "attentionnce", "mocov3_attentionnce")
+#: Every method ``--methods`` accepts (the controls by name: ``--methods ...,simclr_views``).
+ALL_METHODS: Tuple[str, ...] = BENCH_METHODS + ("simclr_views", "attentionnce_off")
 
 DISPLAY = {
     "simclr": "SimCLR",
@@ -53,13 +63,17 @@ DISPLAY = {
     "attentionnce": "AttentionNCE",
     "mocov3_attentionnce": "MoCo v3 + AttentionNCE",
     "attentionnce_multicrop": "AttentionNCE multicrop",
+    "simclr_views": "SimCLR on the same views",
+    "attentionnce_off": "AttentionNCE, attention off",
 }
 
 #: baseline -> the AttentionNCE method whose training time its equal-time run matches.
 TIME_MATCH: Dict[str, str] = {"simclr": "attentionnce", "mocov3": "mocov3_attentionnce"}
 
-#: Methods whose loss uses positive views (``views.num_positives`` = M).
+#: The AttentionNCE methods (``--ablation-method``).
 ATTENTION_METHODS: Tuple[str, ...] = ("attentionnce", "mocov3_attentionnce")
+#: Methods whose rows see M positive views (``views.num_positives`` = M).
+POSITIVE_METHODS: Tuple[str, ...] = ATTENTION_METHODS + ("simclr_views", "attentionnce_off")
 
 
 @dataclass(frozen=True)
@@ -179,9 +193,9 @@ def bench_runs(
     Raises:
         ValueError: an unknown method or ablation method, no seeds, epochs or M below 1.
     """
-    unknown = [m for m in methods if m not in BENCH_METHODS]
+    unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown:
-        raise ValueError(f"--methods: unknown {unknown}; allowed values are {list(BENCH_METHODS)}")
+        raise ValueError(f"--methods: unknown {unknown}; allowed values are {list(ALL_METHODS)}")
     if grids is not None and grids.method not in ATTENTION_METHODS:
         raise ValueError(
             f"--ablation-method={grids.method!r}: allowed values are {list(ATTENTION_METHODS)}"
@@ -195,7 +209,7 @@ def bench_runs(
     runs: List[Run] = []
     for seed in seeds:
         for method in methods:
-            if method in ATTENTION_METHODS:
+            if method in POSITIVE_METHODS:
                 runs.append(attention_run(method, num_positives, "equal-epoch", seed, epochs))
             else:
                 runs.append(Run(DISPLAY[method], method, "equal-epoch", seed, epochs))

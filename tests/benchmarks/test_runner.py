@@ -133,3 +133,12 @@ def test_read_record_skips_a_half_written_line(tmp_path):
     path.write_text('{"event": "step", "loss": 1}\n{"event": "epoch", "epoch": 1}\n{"event": "ep')
     assert read_record(path) == [{"event": "epoch", "epoch": 1}]
     assert read_record(tmp_path / "missing.jsonl") == []
+
+
+def test_the_controls_compose_to_their_losses(tmp_path):
+    b = _budget(tmp_path)
+    views = prepare(Run("v", "simclr_views", "x", 0, 1), b, tmp_path).resolved
+    assert views.method_kwargs.loss == "simclr_all_views" and views.views.num_positives == 4
+    off = prepare(Run("o", "attentionnce_off", "x", 0, 1), b, tmp_path).resolved
+    assert off.method_kwargs.get("loss", "attentionnce") == "attentionnce"  # the default
+    assert off.method_kwargs.d_pos == off.method_kwargs.d_neg == 1e6

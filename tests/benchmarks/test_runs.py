@@ -70,3 +70,11 @@ def test_matched_epochs_rounds_and_never_cuts_the_budget() -> None:
 def test_frontier_key_holds_the_epochs() -> None:
     assert Run("SimCLR", "simclr", "frontier", 2, 8).key == "frontier/SimCLR/e8/seed2"
     assert Run("A (M=1)", "attentionnce", "x", 0, 1, group="K2").key == "K2/x/A-M-1/seed0"
+
+
+def test_the_controls_see_the_same_views() -> None:
+    runs = bench_runs(["simclr_views", "attentionnce_off"], [0], 3, extra_m=(), time_matched=False)
+    assert [(r.label, r.method, r.settings) for r in runs] == [
+        ("SimCLR on the same views (M=4)", "simclr_views", ("++views.num_positives=4",)),
+        ("AttentionNCE, attention off (M=4)", "attentionnce_off", ("++views.num_positives=4",)),
+    ]
