@@ -38,8 +38,10 @@ def venv_bin(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
-        check=True, capture_output=True,
+        # --force-reinstall: the checkout's egg-info on PYTHONPATH would pass for an install
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+         "--force-reinstall", str(wheel)],
+        check=True, capture_output=True, env=_env(),
     )  # fmt: skip
     return venv / "bin"
 
