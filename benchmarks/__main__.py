@@ -132,7 +132,10 @@ def train_and_report(
         # Every record in the folder, in the plan's order where the plan has it.
         order = {r.key: i for i, r in enumerate(runs)}
         paths = sorted((out / "runs").glob("**/result.json"), key=lambda p: str(p))
-        results: List[Any] = [load_result(p.parent) or json.loads(p.read_text()) for p in paths]
+        results: List[Any] = [
+            load_result(p.parent) or dict(json.loads(p.read_text()), run_dir=str(p.parent))
+            for p in paths
+        ]
         results.sort(
             key=lambda r: order.get(r.key if isinstance(r, Result) else r["key"], len(order))
         )
@@ -181,7 +184,10 @@ def bench(opts: Options, command: str) -> int:
         base = tuple(shipped(opts.ablation_method, opts.dataset, k) for k in ("d_pos", "d_neg"))
         runs = bench_runs(opts.methods, seeds, epochs, opts.num_positives, opts.extra_m,
                           opts.time_matched, grids, base)  # fmt: skip
-    data = prepare_data(opts, out)
+    if opts.report_only:  # the records are all it reads: no data conversion
+        data = Data(opts.dataset, "", None, f"as recorded in {out / 'runs'}")
+    else:
+        data = prepare_data(opts, out)
     print(f"benchmarks: {len(runs)} runs, seeds {seeds}; output in {out}", file=sys.stderr)
     results, md = train_and_report(opts, runs, data, out, command, f"{command} ({opts.preset})")
     if opts.dry_run:
@@ -189,7 +195,8 @@ def bench(opts: Options, command: str) -> int:
     if opts.frontier:
         from benchmarks import frontier
 
-        md = md.replace("## Configs", frontier.markdown(results) + "\n## Configs", 1)
+        head, sep, notes = md.partition("\n## Notes")
+        md = head + "\n" + frontier.markdown(results) + sep + notes
         (out / "results.md").write_text(md)
         frontier.plot(results, out / "frontier.png", command)
     print("\n" + md + f"\nWrote {out / 'results.md'}, runs.csv, results.json, results.png")

@@ -245,12 +245,18 @@ def bench_markdown(results: Sequence[Any], header: Sequence[str]) -> str:
          "backbone and the raw pixels on the same images last.", ("equal-epoch", "reference")),
         ("Equal wall-clock", "Each baseline retrained for as many epochs as fit in the training "
          "time of the row under it (timed on the first seed's equal-epoch runs).", ("equal-time",)),
-        ("Ablation", "One setting varied at a time around the shipped one.", ("ablation",)),
+        ("Ablation", "One setting varied at a time around the shipped one; the same method's "
+         "equal-epoch rows (the shipped setting) first.", ("ablation",)),
     )  # fmt: skip
+    ablated = {r.label.split(" (")[0] for r in rows if r.comparison == "ablation"}
     for title, text, kinds in sections:
         chosen = _equal_time(rows) if kinds == ("equal-time",) else [
             r for r in rows if r.comparison in kinds
         ]  # fmt: skip
+        if kinds == ("ablation",) and chosen:
+            base = [r for r in rows if r.comparison == "equal-epoch"
+                    and r.label.split(" (")[0] in ablated]  # fmt: skip
+            chosen = base + chosen
         if chosen:
             parts += [f"## {title}", "", text, "", rows_table(chosen), ""]
     healthy = [r for r in rows if r.comparison not in ("frontier",) and r.seeds]

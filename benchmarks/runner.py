@@ -349,7 +349,9 @@ def load_result(run_dir: Path, digest: Optional[str] = None) -> Optional[Result]
     if data.get("status") != "ok":
         return None
     known = Result.__dataclass_fields__
-    return Result(**{k: v for k, v in data.items() if k in known and k != "reused"}, reused=True)
+    result = Result(**{k: v for k, v in data.items() if k in known and k != "reused"}, reused=True)
+    result.run_dir = str(run_dir)  # where the record is now (records move: committed, copied)
+    return result
 
 
 def probe_into(result: Result, make_backbone: Callable[[], Any], budget: Budget, cfg: Any) -> None:
@@ -405,9 +407,8 @@ def execute(
     """
     from benchmarks.probe import load_pretrained_backbone
 
-    fixed = [r for r in runs if r.epochs > 0]
-    for run in fixed:
-        prepare(run, budget, out)  # fail fast on a bad config
+    # Composed once, all before the first run starts: a bad override fails at once.
+    prepared = {r.key: prepare(r, budget, out) for r in runs if r.epochs > 0}
     results: List[Result] = []
     matched: Dict[str, int] = {}
     bar = _progress(len(runs), "runs", 0)
@@ -427,11 +428,16 @@ def execute(
                 )  # fmt: skip
                 continue
             run = run.with_epochs(n)
-        prep = prepare(run, budget, out)
+        prep = prepared.get(run.key) or prepare(run, budget, out)
         if dry_run:
             prep.write()
             continue
         prior = None if fresh else load_result(prep.run_dir, prep.digest)
+        if prior is not None and (
+            (probe and prior.offline_acc1 is None)
+            or (keep_checkpoints and find_checkpoint(prep.run_dir) is None)
+        ):
+            prior = None  # trained without what is asked for now (its probe, its checkpoint)
         if prior is not None:
             results.append(prior)
             continue

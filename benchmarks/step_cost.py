@@ -49,8 +49,7 @@ def overrides(args: argparse.Namespace, train_path: str, record: Path, method: s
     """Every override of one row after the method's own: device, sizes, options, the recorder."""
     out = list(METHODS[method][1])
     if args.device == "cpu":
-        # the pretrain/custom configs set devices: [0, 1] after their trainer group
-        out += ["trainer=cpu", "++devices='1'"]
+        out += ["trainer=cpu"]
     else:  # one GPU: SyncBatchNorm would do nothing there, and compile refuses it
         out += ["++devices=[0]", "++strategy=auto", "++sync_batchnorm=False"]
     out += [

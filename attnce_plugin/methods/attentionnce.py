@@ -131,7 +131,7 @@ class AttentionNCE(AttentionNCECore, BaseMethod):
             raise MethodConfigError(
                 "method_kwargs.anchor=mean needs method_kwargs.loss=attentionnce (solo-learn's "
                 "SimCLR loss compares the 2 anchor views with each other); allowed with "
-                "loss=simclr: anchor=views"
+                "loss=simclr or simclr_all_views: anchor=views"
             )
         return cfg
 

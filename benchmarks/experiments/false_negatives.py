@@ -47,6 +47,9 @@ def validate(opts: Options) -> None:
         raise ValueError(f"--class-counts={list(ks)}: allowed values are distinct K in 2..10")
     if opts.dataset != "fashion_mnist":
         raise ValueError("--experiment false_negatives: only --dataset fashion_mnist has classes")
+    if opts.classes is not None:  # the old spelling of --class-counts meant something else here
+        raise ValueError("--experiment false_negatives picks its classes: give the numbers of "
+                         "classes as --class-counts (e.g. 2,5,10), not --classes")  # fmt: skip
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds={seeds}: allowed values are distinct integers, at least one")
     if any(not (math.isfinite(d) and d > 0) for d in opts.dneg_grid):

@@ -60,3 +60,17 @@ def test_rows_and_results_md(tmp_path: Path) -> None:
     wall = md.split("## Equal wall-clock")[1].split("##")[0]
     assert wall.index("SimCLR (time of") < wall.index("AttentionNCE (M=4)")  # matched row under it
     assert "FAILED or skipped: equal-epoch/AttentionNCE (M=4)/seed1: last" in md
+
+
+def test_the_ablation_table_starts_with_the_shipped_setting() -> None:
+    results = [
+        _r("AttentionNCE (M=4)", "equal-epoch", 0, 60.0),
+        _r("SimCLR", "equal-epoch", 0, 50.0),
+        _r("AttentionNCE (M=4, d_pos=2, d_neg=10)", "ablation", 0, 58.0),
+    ]
+    ablation = bench_markdown(results, []).split("## Ablation")[1].split("\n## ")[0]
+    lines = [ln for ln in ablation.splitlines() if ln.startswith("| AttentionNCE")]
+    assert [ln.split(" | ")[0] for ln in lines] == [
+        "| AttentionNCE (M=4)", "| AttentionNCE (M=4, d_pos=2, d_neg=10)"
+    ]  # fmt: skip
+    assert "| SimCLR |" not in ablation

@@ -142,3 +142,12 @@ def test_the_controls_compose_to_their_losses(tmp_path):
     off = prepare(Run("o", "attentionnce_off", "x", 0, 1), b, tmp_path).resolved
     assert off.method_kwargs.get("loss", "attentionnce") == "attentionnce"  # the default
     assert off.method_kwargs.d_pos == off.method_kwargs.d_neg == 1e6
+
+
+def test_a_moved_record_points_at_its_new_folder(tmp_path):
+    old, new = tmp_path / "old" / "run", tmp_path / "committed" / "run"
+    old.mkdir(parents=True)
+    save_result(Result("k", "a", "attentionnce", "x", 0, 1, run_dir=str(old)), "d")
+    new.parent.mkdir()
+    old.rename(new)
+    assert load_result(new).run_dir == str(new)
