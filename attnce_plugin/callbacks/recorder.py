@@ -57,7 +57,9 @@ def _json_number(value: float) -> Optional[float]:
 
 
 #: The phases of a training step the epoch record sums: loader wait, training_step, backward,
-#: the rest of the step (optimizer, and a momentum method's update on the next batch's start).
+#: the rest of the step (the optimizer). Lightning runs this callback's on_train_batch_end before
+#: the module's, so a momentum method's EMA update (solo-learn's, in that hook) lands in the next
+#: step's "data" phase, and the epoch's last one after train_seconds stops.
 PHASES = ("data", "forward", "backward", "optimizer")
 
 
