@@ -109,7 +109,7 @@ NOTES = (
     "images at the crop size (benchmarks/probe.py): solo-learn's weighted kNN rule (k=20, cosine, "
     "T=0.07) and softmax regression (L-BFGS, L2 picked on a 20 % hold-out). 'random init' is the "
     "untrained backbone (one per seed), 'raw pixels' the normalised images themselves.",
-    "s / epoch: training time of an epoch (first batch to last, validation excluded), mean over "
+    "s / epoch: training time of an epoch (its start to its last batch, validation excluded), mean over "
     "epochs and seeds; train s: a run's total. peak mem: peak summed PSS of the main_pretrain.py "
     "process tree (dataloader workers included), max over seeds.",
     "± is the sample std over seeds. A gap is clear when it exceeds the two stds added "

@@ -12,7 +12,7 @@ same everywhere. Written on global rank 0 only, appended to (a resumed run conti
      "peak_cuda_mib", <every scalar of trainer.callback_metrics>}
     {"event": "fit_end", "elapsed_seconds", "peak_rss_mib", "peak_cuda_mib"}
 
-``train_seconds`` runs from the epoch's first batch start to its last batch end (validation
+``train_seconds`` runs from the epoch's start (the loader's first fetch included) to its last batch end (validation
 excluded; on a GPU the last batch is waited for). The step losses stay on the device until the
 epoch ends, so recording adds no host sync per step. ``peak_cuda_mib`` is null on a CPU.
 """
