@@ -26,10 +26,10 @@ import threading
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from benchmarks.options import Options, parse
-from benchmarks.report import bench_markdown, write_outputs
+from benchmarks.report import bench_markdown, table, verdicts_markdown, write_outputs
 from benchmarks.runner import (
     BenchConfigError,
     Budget,
@@ -43,7 +43,7 @@ from benchmarks.runner import (
     reference_results,
     save_result,
 )
-from benchmarks.runs import DATASETS, PRESETS, Grids, Run, bench_runs
+from benchmarks.runs import DATASETS, PRESETS, Grids, Run, bench_runs, reference_parts
 
 
 def prepare_data(opts: Options, out: Path, classes: Optional[Sequence[int]] = None) -> Data:
@@ -63,7 +63,7 @@ def prepare_data(opts: Options, out: Path, classes: Optional[Sequence[int]] = No
             opts.dataset, str(splits.train), str(splits.val),
             f"Fashion-MNIST (Debian dataset-fashion-mnist{which}): {n_train} training images "
             f"(class-stratified subset of the 60,000), {n_val} validation images (of the 10,000 "
-            f"test images), {crop} px RGB",
+            f"test images), {crop} px RGB", str(cache),
         )  # fmt: skip
     if classes is not None:
         raise BenchConfigError("--classes: only the embedded fashion_mnist data has class subsets")
@@ -86,6 +86,7 @@ def budget(opts: Options, data: Data) -> Budget:
     return Budget(
         data, opts.batch_size or preset.batch_size, workers, opts.crop_size,
         opts.limit_train_batches, (opts.accelerator or "cpu") == "cpu", sets, opts.overrides,
+        opts.curve_every,
     )  # fmt: skip
 
 
@@ -121,10 +122,17 @@ def machine() -> str:
 
 
 def train_and_report(
-    opts: Options, runs: List[Run], data: Data, out: Path, command: str, title: str
+    opts: Options,
+    runs: List[Run],
+    data: Data,
+    out: Path,
+    command: str,
+    title: str,
+    only: Optional[Set[str]] = None,
 ) -> Tuple[List[Any], str]:
     """Train (or reuse, or with ``--report-only`` only read) the runs, add the reference rows,
-    write the outputs; returns the results and the markdown."""
+    write the outputs; returns the results and the markdown. With ``only`` (a part's run keys)
+    the other runs are read from their records where they have run."""
     started = time.perf_counter()
     b = budget(opts, data)
     seeds = sorted({r.seed for r in runs})
@@ -141,8 +149,9 @@ def train_and_report(
         )
     else:
         results = execute(
-            runs, b, out, opts.offline_probe, opts.fresh, opts.dry_run, opts.keep_checkpoints
-        )
+            runs, b, out, opts.offline_probe, opts.fresh, opts.dry_run, opts.keep_checkpoints,
+            only,
+        )  # fmt: skip
         if opts.dry_run:
             return results, ""
         if opts.references and opts.offline_probe:
@@ -164,34 +173,76 @@ def train_and_report(
     return results, md
 
 
+def parts_markdown(
+    runs: Sequence[Run], results: Sequence[Any], parts: Dict[str, Tuple[int, Tuple[str, ...]]]
+) -> str:
+    """Which parts of the reference preset have run: their records are in the table above."""
+    done = {(r.key if isinstance(r, Result) else r["key"]) for r in results
+            if (r.status if isinstance(r, Result) else r["status"]) == "ok"}  # fmt: skip
+    rows = []
+    for name, (seed, labels) in parts.items():
+        keys = [r.key for r in runs if r.seed == seed and r.label in labels]
+        n = sum(k in done for k in keys)
+        state = "done" if n == len(keys) else "not run" if n == 0 else f"{n} of {len(keys)} runs"
+        rows.append([f"`{name}`", seed, "; ".join(labels), state])
+    return (
+        "## Parts\n\nEach part trains in one sitting (`--part NAME`); the table is rebuilt from "
+        "the records of the parts that have run (`--report-only`).\n\n"
+        + table(["part", "seed", "rows", "state"], rows) + "\n"
+    )  # fmt: skip
+
+
 def bench(opts: Options, command: str) -> int:
     """The benchmark (or, with ``--frontier``, the frontier); 0 ok, 1 some run failed."""
     if opts.dataset not in DATASETS:
         raise BenchConfigError(f"--dataset={opts.dataset!r}: allowed values are {list(DATASETS)}")
+    if opts.curve_every is not None and (opts.curve_every < 1 or not opts.offline_probe):
+        raise BenchConfigError(
+            f"--curve-every={opts.curve_every}: needs an epoch count of at least 1 and the "
+            "offline probe (not --no-offline-probe)"
+        )
     preset = PRESETS[opts.preset]
     out = Path(opts.out).resolve()
     seeds = list(opts.seeds or preset.seeds)
     epochs = opts.epochs or preset.epochs
+    methods = opts.methods or preset.methods
     if opts.frontier:
         from benchmarks import frontier
 
-        runs = frontier.runs(opts.methods, opts.frontier_epochs or preset.frontier_epochs, seeds)
+        runs = frontier.runs(methods, opts.frontier_epochs or preset.frontier_epochs, seeds)
     else:
         grids = None
         if opts.ablation:
             grids = Grids(opts.ablation_method, opts.m_grid, opts.dpos_grid, opts.dneg_grid,
                           opts.anchor_grid)  # fmt: skip
         base = tuple(shipped(opts.ablation_method, opts.dataset, k) for k in ("d_pos", "d_neg"))
-        runs = bench_runs(opts.methods, seeds, epochs, opts.num_positives, opts.extra_m,
+        runs = bench_runs(methods, seeds, epochs, opts.num_positives, opts.extra_m,
                           opts.time_matched, grids, base)  # fmt: skip
+    only = None
+    if opts.part is not None:
+        parts = reference_parts(seeds)
+        if opts.preset != "reference" or opts.part not in parts:
+            raise BenchConfigError(
+                f"--part={opts.part!r}: a part of --preset reference; allowed values are "
+                f"{list(parts)}"
+            )
+        seed, labels = parts[opts.part]
+        only = {r.key for r in runs if r.seed == seed and r.label in labels}
     if opts.report_only:  # the records are all it reads: no data conversion
         data = Data(opts.dataset, "", None, f"as recorded in {out / 'runs'}")
     else:
         data = prepare_data(opts, out)
     print(f"benchmarks: {len(runs)} runs, seeds {seeds}; output in {out}", file=sys.stderr)
-    results, md = train_and_report(opts, runs, data, out, command, f"{command} ({opts.preset})")
+    results, md = train_and_report(
+        opts, runs, data, out, command, f"{command} ({opts.preset})", only
+    )
     if opts.dry_run:
         return 0
+    if opts.preset == "reference":
+        head, sep, notes = md.partition("\n## Notes")
+        state = parts_markdown(runs, results, reference_parts(seeds))
+        md = head + "\n" + verdicts_markdown(results) + "\n" + state + sep + notes
+        (out / "results.md").write_text(md)
     if opts.frontier:
         from benchmarks import frontier
 

@@ -46,7 +46,7 @@ class Options:
     num_val: Optional[int] = None
     num_workers: Optional[int] = None
     limit_train_batches: Optional[int] = None
-    methods: Tuple[str, ...] = BENCH_METHODS
+    methods: Optional[Tuple[str, ...]] = None
     num_positives: int = 4
     extra_m: Tuple[int, ...] = (2,)
     time_matched: bool = True
@@ -56,6 +56,7 @@ class Options:
     dpos_grid: Tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
     dneg_grid: Tuple[float, ...] = (0.5, 1.0, 10.0)
     anchor_grid: Tuple[str, ...] = ()
+    part: Optional[str] = None
     frontier: bool = False
     frontier_epochs: Optional[Tuple[int, ...]] = None
     experiment: Optional[str] = None
@@ -76,6 +77,7 @@ class Options:
     offline_probe: bool = True
     references: bool = True
     keep_checkpoints: bool = False
+    curve_every: Optional[int] = None
     fresh: bool = False
     dry_run: bool = False
     report_only: bool = False
@@ -146,8 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--limit-train-batches", type=int, help="Lightning limit_train_batches")
 
     g = p.add_argument_group("what to compare")
-    g.add_argument("--methods", type=_strs, default=BENCH_METHODS,
-                   help="default " + ",".join(BENCH_METHODS) + "; also " + ",".join(ALL_METHODS[4:]))  # fmt: skip
+    g.add_argument("--methods", type=_strs, default=None,
+                   help="default: the preset's (" + ",".join(BENCH_METHODS) + "; reference: also "
+                   + ",".join(ALL_METHODS[4:]) + ")")  # fmt: skip
     g.add_argument("--num-positives", type=int, default=4, help="M of the AttentionNCE rows")
     g.add_argument("--extra-m", type=_ints, default=(2,), help="more M rows (SimCLR form)")
     g.add_argument("--no-time-matched", dest="time_matched", action="store_false",
@@ -158,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dpos-grid", type=_floats, default=(0.5, 1.0, 2.0, 4.0))
     g.add_argument("--dneg-grid", type=_floats, default=(0.5, 1.0, 10.0))
     g.add_argument("--anchor-grid", type=_strs, default=(), help="with --ablation: e.g. mean")
+    g.add_argument(
+        "--part",
+        help="--preset reference: train only this part (e.g. seed0-a); "
+        "the rest of the table is read from the records in --out",
+    )
     g.add_argument("--frontier", action="store_true",
                    help="every variant at each --frontier-epochs: accuracy against time")  # fmt: skip
     g.add_argument("--frontier-epochs", type=_ints, help="default: the preset's (2,4,8)")
@@ -184,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-references", dest="references", action="store_false",
                    help="skip the untrained-backbone and raw-pixel rows")  # fmt: skip
     g.add_argument("--keep-checkpoints", action="store_true")
+    g.add_argument(
+        "--curve-every",
+        type=int,
+        metavar="N",
+        help="learning curves: probe a checkpoint every N epochs of each run",
+    )
     g.add_argument("--fresh", action="store_true", help="re-run runs already finished in --out")
     g.add_argument("--dry-run", action="store_true", help="write configs and commands only")
     g.add_argument("--report-only", action="store_true",

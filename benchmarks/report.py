@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from benchmarks.runs import REFERENCE_LABELS
+
 #: (mean, sample std); std is None with fewer than 2 values, mean None with none.
 MeanStd = Tuple[Optional[float], Optional[float]]
 
@@ -97,6 +99,8 @@ METRICS: Tuple[Tuple[str, str], ...] = (
     ("offline_knn_acc1", "offline kNN top-1 %"),
     ("offline_acc1", "offline linear top-1 %"),
 )
+#: The offline probes a learning-curve point holds.
+PROBES = ("offline_acc1", "offline_knn_acc1")
 HEALTH: Tuple[Tuple[str, str], ...] = (
     ("offline_uniformity", "uniformity (lower = more spread)"),
     ("offline_eff_rank", "effective rank"),
@@ -236,6 +240,116 @@ def configs_section(rows: Sequence[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The learning regime's two bars (issue 19), on the offline probes' means: pretraining has
+#: learned something when linear and kNN both beat the untrained backbone by STEP1 points; the
+#: representation beats its input when the linear probe also beats the raw pixels by STEP2.
+STEP1, STEP2 = 3.0, 2.0
+
+
+def _reference(results: Sequence[Any], label: str, metric: str) -> MeanStd:
+    return mean_std([get(r, metric) for r in results if get(r, "label") == label
+                     and get(r, "comparison") == "reference" and get(r, "status") == "ok"])  # fmt: skip
+
+
+def curve_points(results: Sequence[Any]) -> Dict[str, Dict[int, List[Dict[str, float]]]]:
+    """label -> epochs -> the ``curve`` points of its seeds there."""
+    out: Dict[str, Dict[int, List[Dict[str, float]]]] = {}
+    for r in results:
+        for point in (get(r, "curve") or []) if get(r, "status") == "ok" else []:
+            out.setdefault(get(r, "label"), {}).setdefault(int(point["epochs"]), []).append(point)
+    return out
+
+
+def curve_markdown(results: Sequence[Any]) -> str:
+    """The learning curves (``--curve-every``): each kept checkpoint's offline probes, their gaps
+    to the untrained backbone and the raw pixels, and which bar of the regime they pass."""
+    curves = curve_points(results)
+    if not curves:
+        return ""
+    untrained = [_reference(results, REFERENCE_LABELS[0], m) for m in PROBES]
+    pixels = [_reference(results, REFERENCE_LABELS[1], m) for m in PROBES]
+
+    def gap(a: MeanStd, b: MeanStd) -> str:
+        return "n/a" if a[0] is None or b[0] is None else f"{a[0] - b[0]:+.1f}"
+
+    body = []
+    for label, by_epoch in curves.items():
+        for n, pts in sorted(by_epoch.items()):
+            lin, knn = (mean_std([p[m] for p in pts]) for m in PROBES)
+            step1 = step2 = "n/a"
+            if None not in (lin[0], knn[0], untrained[0][0], untrained[1][0]):
+                step1 = (
+                    "yes"
+                    if min(lin[0] - untrained[0][0], knn[0] - untrained[1][0]) >= STEP1
+                    else "no"
+                )
+            if lin[0] is not None and pixels[0][0] is not None:
+                step2 = "yes" if lin[0] - pixels[0][0] >= STEP2 else "no"
+            seconds = mean_std([p["train_seconds"] for p in pts])[0]
+            body.append([label, n, len(pts), _num(seconds, 0), fmt(lin), fmt(knn),
+                         gap(lin, untrained[0]), gap(knn, untrained[1]), gap(lin, pixels[0]),
+                         step1, step2])  # fmt: skip
+    head = ["method", "epochs", "seeds", "train s", "offline linear", "offline kNN",
+            "linear - untrained", "kNN - untrained", "linear - pixels",
+            f"step 1 (both >= untrained + {STEP1:g})", f"step 2 (linear >= pixels + {STEP2:g})"]  # fmt: skip
+    refs = (f"untrained backbone: linear {fmt(untrained[0])}, kNN {fmt(untrained[1])}; raw pixels: "
+            f"linear {fmt(pixels[0])}, kNN {fmt(pixels[1])} (same images, same probes).")  # fmt: skip
+    text = ("Each run's kept checkpoints (`--curve-every`), probed as its last one is; train s "
+            "sums the record's epochs up to the checkpoint. A point inside a run is not the end "
+            "of a shorter run: its learning rate has not yet decayed (one cosine schedule).")  # fmt: skip
+    return "\n".join(["## Learning curves", "", text, "", refs, "", table(head, body), ""])
+
+
+def curve_plot(results: Sequence[Any], path: Path, title: str) -> Optional[Path]:
+    """Offline linear and kNN against training seconds, the references as flat lines."""
+    series: Dict[str, List[Tuple[float, MeanStd]]] = {}
+    xs: List[float] = []
+    for label, by_epoch in curve_points(results).items():
+        for metric, name in zip(PROBES, ("linear", "kNN")):
+            for pts in by_epoch.values():
+                x = mean_std([p["train_seconds"] for p in pts])[0] or 0.0
+                xs.append(x)
+                series.setdefault(f"{label} {name}", []).append(
+                    (x, mean_std([p[metric] for p in pts]))
+                )
+    if not series:
+        return None
+    for ref in REFERENCE_LABELS:
+        for metric, name in zip(PROBES, ("linear", "kNN")):
+            level = _reference(results, ref, metric)
+            series[f"{ref} {name}"] = [(min(xs), level), (max(xs), level)]
+    return line_plot(series, path, title, "training seconds", "offline top-1 %")
+
+
+#: The reference preset's four questions (issue 19): (question, row a, row b); a beats b?
+QUESTIONS: Tuple[Tuple[str, str, str], ...] = (
+    ("Does AttentionNCE beat SimCLR at equal time?",
+     "AttentionNCE (M=4)", "SimCLR (time of AttentionNCE)"),
+    ("Does it beat SimCLR on the same views?",
+     "AttentionNCE (M=4)", "SimCLR on the same views (M=4)"),
+    ("Is the attention itself responsible?",
+     "AttentionNCE (M=4)", "AttentionNCE, attention off (M=4)"),
+    ("Does the MoCo form beat MoCo v3 (equal time)?",
+     "MoCo v3 + AttentionNCE (M=4)", "MoCo v3 (time of MoCo v3 + AttentionNCE)"),
+)  # fmt: skip
+
+
+def verdicts_markdown(results: Sequence[Any]) -> str:
+    """One line per question: row a minus row b on both offline probes, with the noise rule."""
+    rows = {r.label: r for r in aggregate(results)}
+    lines = []
+    for question, a, b in QUESTIONS:
+        if a not in rows or b not in rows:
+            missing = " and ".join(f"'{x}'" for x in (a, b) if x not in rows)
+            lines.append(f"- {question} Not run yet ({missing} has no record).")
+            continue
+        gaps = [f"{name} {verdict(rows[a].stats[m], rows[b].stats[m])}"
+                for m, name in zip(PROBES, ("offline linear", "offline kNN"))]  # fmt: skip
+        seeds = f"seeds {','.join(map(str, rows[a].seeds))} / {','.join(map(str, rows[b].seeds))}"
+        lines.append(f"- {question} {a} minus {b}: {'; '.join(gaps)} ({seeds}).")
+    return "## Verdicts\n\n" + "\n".join(lines) + "\n"
+
+
 def bench_markdown(results: Sequence[Any], header: Sequence[str]) -> str:
     """``results.md``: the header lines, one table per comparison present, configs, notes."""
     rows = aggregate(results)
@@ -264,6 +378,7 @@ def bench_markdown(results: Sequence[Any], header: Sequence[str]) -> str:
         parts += ["## Representation health", "", "Frozen backbone features of the validation "
                   "images (at most 2048): uniformity (Wang & Isola, 2020) and effective rank of "
                   "their covariance (Roy & Vetterli, 2007).", "", rows_table(healthy, HEALTH), ""]  # fmt: skip
+    parts.append(curve_markdown(results))
     parts.append(configs_section(rows))
     failed = [r for r in results if get(r, "status") != "ok"]
     notes = list(NOTES) + [
@@ -308,3 +423,4 @@ def write_outputs(results: Sequence[Any], markdown: str, out: Path, title: str) 
         for r in rows
     }
     line_plot(series, out / "results.png", title, "training seconds", "online kNN top-1 %")
+    curve_plot(results, out / "curves.png", title)

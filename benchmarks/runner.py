@@ -22,12 +22,12 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
 import attnce_plugin
-from benchmarks.runs import DATASETS, DISPLAY, METHODS, Run, matched_epochs
+from benchmarks.runs import DATASETS, DISPLAY, METHODS, REFERENCE_LABELS, Run, matched_epochs
 
 #: Hydra search-path entry of the shipped configs.
 CONFIG_ROOT = "pkg://attnce_plugin.configs"
@@ -47,6 +47,9 @@ class Data:
     train: str
     val: Optional[str]
     note: str
+    #: The converted-data cache holding ``train`` and ``val`` (its subfolder's name says what
+    #: the data is): where it lies does not enter a run's digest.
+    cache: Optional[str] = None
 
 
 @dataclass
@@ -62,6 +65,8 @@ class Budget:
     #: ``[METHOD:]KEY=VALUE`` of ``--set``, then raw Hydra overrides after ``--``.
     sets: Sequence[str] = ()
     overrides: Sequence[str] = ()
+    #: ``--curve-every N``: keep a checkpoint every N epochs and probe each (a learning curve).
+    curve_every: Optional[int] = None
 
 
 @dataclass
@@ -92,6 +97,9 @@ class Result:
     settings: List[str] = field(default_factory=list)
     run_dir: str = ""
     reused: bool = False
+    #: With ``--curve-every``: one point per kept checkpoint, ``{"epochs", "train_seconds",
+    #: "offline_acc1", "offline_knn_acc1"}``, in epoch order.
+    curve: List[Dict[str, float]] = field(default_factory=list)
 
 
 def parse_set(text: str) -> tuple:
@@ -113,7 +121,7 @@ def config_name(method: str, dataset: str) -> str:
 
 def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     """Every override of a run, later ones winning: the method's, the budget's, the run's
-    settings, the ``--set`` values, the raw overrides."""
+    settings, the ``--set`` values, the raw overrides, the learning curve's checkpoints."""
     ds = DATASETS[budget.data.dataset]
     out = list(METHODS[run.method][1])
     out += [f"++data.dataset={ds.solo_dataset}", f"++data.train_path={budget.data.train}"]
@@ -146,7 +154,11 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     for method, key, value in map(parse_set, budget.sets):
         if method in (None, run.method):
             out.append(f"++{key}={value}")
-    return out + list(budget.overrides)
+    out += budget.overrides
+    if budget.curve_every:
+        # solo's Checkpointer saves when current_epoch % frequency == 0: after epochs 1, N+1, ...
+        out += [f"++checkpoint.frequency={budget.curve_every}", "++checkpoint.keep_prev=True"]
+    return out
 
 
 def hydra_overrides(budget: Budget) -> List[str]:
@@ -190,15 +202,20 @@ class Prepared:
     overrides: List[str]
     command: List[str]
     resolved: DictConfig = field(repr=False)
+    #: (path, placeholder) pairs the digest writes as placeholders.
+    portable: Sequence[Tuple[str, str]] = ()
 
     @property
     def digest(self) -> str:
         """Hash of the command, the resolved config and the plugin's version: a finished run is
         reused only for exactly this (a version that changes the loss's rounding changes every
-        trained number)."""
+        trained number). The run's folder and the data cache are placeholders in it, so a
+        committed record is reused from any clone."""
         text = "\n".join(
             [attnce_plugin.__version__, *self.command[2:], OmegaConf.to_yaml(self.resolved)]
         )
+        for path, placeholder in self.portable:
+            text = text.replace(path, placeholder)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def write(self) -> None:
@@ -228,21 +245,38 @@ def prepare(run: Run, budget: Budget, out: Path) -> Prepared:
     script = solo_checkout_dir() / "main_pretrain.py"
     command = [sys.executable, str(script), "--config-path", CONFIG_ROOT, "--config-name", config]
     command += ovr + hydra_overrides(budget)
-    return Prepared(run, run_dir, config, ovr, command, compose(config, ovr))
+    portable = [(str(run_dir), "<run>")]
+    if budget.data.cache:
+        portable.append((str(budget.data.cache), "<data-cache>"))
+    return Prepared(run, run_dir, config, ovr, command, compose(config, ovr), portable)
 
 
 def read_record(path: Path, event: str = "epoch") -> List[Dict[str, Any]]:
     """The recorder's lines of one event, in order; [] when there are none yet."""
-    out = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the line being written right now
-            if rec.get("event") == event:
-                out.append(rec)
-    return out
+    from attnce_plugin.callbacks.recorder import read_records  # imports lightning: not at load
+
+    return read_records(path, event) if path.is_file() else []
+
+
+class _Tail:
+    """The epoch records a growing record file has gained since the last call: the runner's
+    poll reads only the new bytes, not the whole file (a line per step) twice a second."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, 0
+
+    def new_epochs(self) -> List[Dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]  # a half-written last line waits for next time
+        self.offset += len(complete)
+        from attnce_plugin.callbacks.recorder import parse_records
+
+        return parse_records(complete.decode(errors="replace").splitlines(), "epoch")
 
 
 def _tree_pss_kib(pid: int) -> int:
@@ -269,8 +303,14 @@ def _tree_pss_kib(pid: int) -> int:
     return total
 
 
+#: Seconds between two PSS samples: the kernel walks every mapping of the tree for one (about
+#: 70 ms of CPU for a 1.3 GB training process here), so sampling twice a second took 13 % of a
+#: core; memory is flat after the first steps, so a slower sample finds the same peak.
+PSS_EVERY = 2.0
+
+
 def _watch_memory(pid: int, peak: List[int], stop: threading.Event) -> None:
-    while not stop.wait(0.5):
+    while not stop.wait(PSS_EVERY):
         peak[0] = max(peak[0], _tree_pss_kib(pid))
 
 
@@ -289,7 +329,8 @@ def launch(prep: Prepared, on_epoch: Optional[Callable[[Dict[str, Any]], None]] 
     env["PYTHONPATH"] = os.pathsep.join(
         dict.fromkeys([str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
     )
-    record, seen, peak, stop = prep.run_dir / "record.jsonl", 0, [0], threading.Event()
+    record, peak, stop = prep.run_dir / "record.jsonl", [0], threading.Event()
+    tail = _Tail(record)
     start = time.perf_counter()
     with open(prep.run_dir / "train.log", "w") as log:
         proc = subprocess.Popen(
@@ -300,11 +341,9 @@ def launch(prep: Prepared, on_epoch: Optional[Callable[[Dict[str, Any]], None]] 
         try:
             while proc.poll() is None:
                 time.sleep(0.5)
-                epochs = read_record(record)
-                for rec in epochs[seen:]:
+                for rec in tail.new_epochs():
                     if on_epoch is not None:
                         on_epoch(rec)
-                seen = len(epochs)
         except BaseException:
             proc.terminate()  # Ctrl-C or SIGTERM: leave no training process behind
             proc.wait()
@@ -313,10 +352,10 @@ def launch(prep: Prepared, on_epoch: Optional[Callable[[Dict[str, Any]], None]] 
             stop.set()
             watcher.join()
     result.wall_seconds = time.perf_counter() - start
-    epochs = read_record(record)
-    for rec in epochs[seen:]:
+    for rec in tail.new_epochs():
         if on_epoch is not None:
             on_epoch(rec)
+    epochs = read_record(record)
     result.peak_mem_mib = peak[0] / 1024.0 if peak[0] else None
     result.epochs_done = len(epochs)
     if epochs:
@@ -377,6 +416,39 @@ def probe_into(result: Result, make_backbone: Callable[[], Any], budget: Budget,
     result.offline_uniformity, result.offline_eff_rank = probe.uniformity, probe.eff_rank
 
 
+def epochs_at(ckpt: Path) -> int:
+    """Epochs trained at a checkpoint: solo's Checkpointer names it ``...-ep=<0-based epoch>``."""
+    return int(ckpt.stem.rsplit("-ep=", 1)[1]) + 1
+
+
+def curve_into(result: Result, run_dir: Path, budget: Budget, cfg: Any) -> None:
+    """``result.curve``: every kept checkpoint probed as the last one is, at the training
+    seconds the record gives up to its epoch (the last point is the run's own probe)."""
+    from benchmarks.probe import load_pretrained_backbone
+
+    seconds = {
+        int(r["epoch"]): float(r["train_seconds"]) for r in read_record(run_dir / "record.jsonl")
+    }
+    result.curve = []
+    for ckpt in sorted((run_dir / "ckpt").rglob("*.ckpt"), key=epochs_at):
+        n = epochs_at(ckpt)
+        point = result
+        if n != result.epochs_done or result.offline_acc1 is None:
+            point = Result("", "", "", "", 0, n)
+            probe_into(point, lambda c=ckpt: load_pretrained_backbone(c), budget, cfg)
+            if point.offline_acc1 is None:
+                result.error = f"learning curve at epoch {n}: {point.error}"
+                continue
+        result.curve.append(
+            {
+                "epochs": n,
+                "train_seconds": sum(v for e, v in seconds.items() if e <= n),
+                "offline_acc1": point.offline_acc1,
+                "offline_knn_acc1": point.offline_knn_acc1,
+            }
+        )
+
+
 def find_checkpoint(run_dir: Path) -> Optional[Path]:
     ckpts = sorted((run_dir / "ckpt").rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
     return ckpts[-1] if ckpts else None
@@ -398,8 +470,10 @@ def execute(
     fresh: bool = False,
     dry_run: bool = False,
     keep_checkpoints: bool = False,
+    only: Optional[Set[str]] = None,
 ) -> List[Result]:
-    """Train (or reuse) and probe every run, in order.
+    """Train (or reuse) and probe every run, in order; with ``only`` (run keys), train only
+    those and take the others from their records where they have run (parts of a preset).
 
     An equal-time run's epochs are fixed once, from the first seed's seconds per epoch of its
     baseline and of the row it matches. All configs are composed before the first run starts, so
@@ -418,6 +492,8 @@ def execute(
             bar.update(0 if i == 0 else 1)
         if run.epochs == 0:
             n = _matched(run, results, matched)
+            if n is None and only is not None and run.key not in only:
+                continue  # another part's run, not yet timed: nothing to show
             if n is None:
                 results.append(
                     Result(
@@ -429,16 +505,27 @@ def execute(
                 continue
             run = run.with_epochs(n)
         prep = prepared.get(run.key) or prepare(run, budget, out)
+        skip = only is not None and run.key not in only
         if dry_run:
             prep.write()
             continue
-        prior = None if fresh else load_result(prep.run_dir, prep.digest)
+        prior = None if fresh and not skip else load_result(prep.run_dir, prep.digest)
+        if skip:
+            if prior is not None:
+                results.append(prior)
+            continue
+        lacks_curve = prior is not None and bool(budget.curve_every) and not prior.curve
         if prior is not None and (
             (probe and prior.offline_acc1 is None)
-            or (keep_checkpoints and find_checkpoint(prep.run_dir) is None)
+            or ((keep_checkpoints or lacks_curve) and find_checkpoint(prep.run_dir) is None)
         ):
-            prior = None  # trained without what is asked for now (its probe, its checkpoint)
+            prior = None  # trained without what is asked for now (its probe, its checkpoints)
         if prior is not None:
+            if lacks_curve:
+                curve_into(prior, prep.run_dir, budget, prep.resolved)
+                save_result(prior, prep.digest)
+                if not keep_checkpoints:
+                    shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
             results.append(prior)
             continue
         inner = _progress(run.epochs, "  epochs", 1)
@@ -466,6 +553,8 @@ def execute(
                 result.error = "offline probe skipped: no checkpoint"
             else:
                 probe_into(result, lambda: load_pretrained_backbone(ckpt), budget, prep.resolved)
+                if budget.curve_every:
+                    curve_into(result, prep.run_dir, budget, prep.resolved)
         if not keep_checkpoints:
             shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
         save_result(result, prep.digest)
@@ -503,7 +592,7 @@ def _matched(run: Run, results: Sequence[Result], cache: Dict[str, int]) -> Opti
 
 
 #: The reference rows: (label, key) of the untrained backbone and the raw pixels.
-REFERENCES = (("random init (no pretraining)", "random-init"), ("raw pixels", "raw-pixels"))
+REFERENCES = tuple(zip(REFERENCE_LABELS, ("random-init", "raw-pixels")))
 
 
 def reference_results(

@@ -67,6 +67,9 @@ DISPLAY = {
     "attentionnce_off": "AttentionNCE, attention off",
 }
 
+#: The reference rows, probed on the same images: the untrained backbone, the raw pixels.
+REFERENCE_LABELS: Tuple[str, str] = ("random init (no pretraining)", "raw pixels")
+
 #: baseline -> the AttentionNCE method whose training time its equal-time run matches.
 TIME_MATCH: Dict[str, str] = {"simclr": "attentionnce", "mocov3": "mocov3_attentionnce"}
 
@@ -88,6 +91,7 @@ class Preset:
     num_workers: int
     description: str
     frontier_epochs: Tuple[int, ...] = (2, 4, 8)
+    methods: Tuple[str, ...] = BENCH_METHODS
 
 
 PRESETS: Dict[str, Preset] = {
@@ -107,7 +111,36 @@ PRESETS: Dict[str, Preset] = {
         1200, 1000, 4, 64, (0, 1), 2, "the quick demo: 2 seeds, ~13 min on 2 CPU cores"
     ),
     "long": Preset(6000, 2000, 10, 128, (0, 1, 2), 2, "6,000 images, 10 epochs, 3 seeds: hours"),
+    # 0 workers: on 2 cores the loader workers slow the step more than they save (step_profile).
+    "reference": Preset(
+        6000, 2000, 24, 128, (0, 1, 2), 0,
+        "the comparison in the learning regime (docs/results.md): every method and control, "
+        "3 seeds; ~35 h on 2 CPU cores, run in parts (--part)",
+        methods=ALL_METHODS,
+    ),  # fmt: skip
 }
+
+#: The reference preset's parts, per seed: groups of rows that train in at most about 150
+#: minutes on 2 CPU cores (docs/results.md: their seconds per epoch). The equal-time rows take
+#: their epochs from the first seed's timings: seed0-a before any "b", seed0-c and -f before "g".
+REFERENCE_GROUPS: Tuple[Tuple[str, ...], ...] = (
+    ("SimCLR", "AttentionNCE (M=4)"),
+    ("SimCLR (time of AttentionNCE)",),
+    ("MoCo v3", "AttentionNCE (M=2)"),
+    ("SimCLR on the same views (M=4)",),
+    ("AttentionNCE, attention off (M=4)",),
+    ("MoCo v3 + AttentionNCE (M=4)",),
+    ("MoCo v3 (time of MoCo v3 + AttentionNCE)",),
+)
+
+
+def reference_parts(seeds: Sequence[int]) -> Dict[str, Tuple[int, Tuple[str, ...]]]:
+    """``--part`` name -> (seed, row labels): ``seed0-a``, ``seed0-b``, ..."""
+    return {
+        f"seed{seed}-{chr(ord('a') + i)}": (seed, labels)
+        for seed in seeds
+        for i, labels in enumerate(REFERENCE_GROUPS)
+    }
 
 
 @dataclass(frozen=True)

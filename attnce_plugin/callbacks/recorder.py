@@ -196,6 +196,20 @@ class RunRecorder(Callback):
         self._write(trainer, {**record, **self._peaks(pl_module)})
 
 
-def read_records(path: Union[str, Path]) -> List[Dict[str, Any]]:
-    """The records of a :class:`RunRecorder` file, in order."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def parse_records(lines: List[str], event: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The records of a :class:`RunRecorder` file's lines (of one ``event`` when given), in
+    order; a line that is not JSON (the one a running process is writing) is left out."""
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if event is None or rec.get("event") == event:
+            out.append(rec)
+    return out
+
+
+def read_records(path: Union[str, Path], event: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The records of a :class:`RunRecorder` file (of one ``event`` when given), in order."""
+    return parse_records(Path(path).read_text().splitlines(), event)

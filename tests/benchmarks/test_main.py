@@ -6,6 +6,8 @@ numbers are meaningless. Needs solo-learn and Debian's dataset-fashion-mnist; FA
 from __future__ import annotations
 
 import csv
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from helpers.scripts import REPO_ROOT, subprocess_env
 from attnce_plugin.solo_compat import require_solo
 from benchmarks.__main__ import main
 from benchmarks.data import fashion_mnist_dir
+from benchmarks.runner import read_record
 
 pytestmark = pytest.mark.integration  # trains through solo-learn
 
@@ -63,16 +66,39 @@ def test_smoke_end_to_end_then_reuse(tmp_path: Path) -> None:
         assert head.startswith("# pretrain/cifar/") and "from attnce_plugin.configs" in head
     assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"
 
-    logs = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("train.log")}
-    again = _bench(out)
+    # The records, copied to another clone with its own data cache (as committed records are),
+    # are reused there: nothing trains again.
+    moved = tmp_path / "clone2"
+    shutil.copytree(out / "runs", moved / "runs")
+    logs = {p: p.stat().st_mtime_ns for p in (moved / "runs").rglob("train.log")}
+    again = _bench(moved, "--data-cache", str(tmp_path / "cache2"))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert logs and logs == {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("train.log")}
-    assert (out / "results.md").read_text().count("| SimCLR | 1 | 0 |") == 2  # + health table
+    assert logs and logs == {p: p.stat().st_mtime_ns for p in (moved / "runs").rglob("train.log")}
+    assert (moved / "results.md").read_text().count("| SimCLR | 1 | 0 |") == 2  # + health table
 
-    (out / "results.md").unlink()
-    rebuilt = _bench(out, "--report-only")
+    (moved / "results.md").unlink()
+    rebuilt = _bench(moved, "--report-only")
     assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
-    assert "| AttentionNCE (M=2) | 1 | 0 |" in (out / "results.md").read_text()
+    assert "| AttentionNCE (M=2) | 1 | 0 |" in (moved / "results.md").read_text()
+
+
+def test_curve_every_probes_each_kept_checkpoint(tmp_path) -> None:
+    require_solo()
+    out = tmp_path / "bench_out"
+    proc = _bench(out, "--methods", "simclr", "--no-time-matched", "--epochs", "2",
+                  "--curve-every", "1", "--no-references")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (path,) = (out / "runs").rglob("result.json")
+    result = json.loads(path.read_text())
+    curve, epochs = result["curve"], read_record(path.parent / "record.jsonl")
+    assert [p["epochs"] for p in curve] == [1, 2]
+    assert curve[0]["train_seconds"] == epochs[0]["train_seconds"]
+    assert curve[1]["train_seconds"] == pytest.approx(result["train_seconds"])
+    last = (result["offline_acc1"], result["offline_knn_acc1"])
+    assert (curve[1]["offline_acc1"], curve[1]["offline_knn_acc1"]) == last
+    assert all(0 <= p["offline_acc1"] <= 100 for p in curve)
+    assert not (path.parent / "ckpt").exists()  # probed, then deleted (no --keep-checkpoints)
+    assert "## Learning curves" in (out / "results.md").read_text()
 
 
 def test_cli_errors_name_the_problem(capsys: pytest.CaptureFixture) -> None:
@@ -82,3 +108,9 @@ def test_cli_errors_name_the_problem(capsys: pytest.CaptureFixture) -> None:
     assert "KEY=VALUE" in capsys.readouterr().err
     assert main(["--methods", "byol"]) == 2
     assert "allowed values" in capsys.readouterr().err
+    assert main(["--part", "seed0-a", "--dry-run"]) == 2  # parts are the reference preset's
+    assert "seed0-a" in capsys.readouterr().err
+    assert main(["--preset", "reference", "--part", "seed9-a", "--dry-run"]) == 2
+    assert "allowed values are ['seed0-a'" in capsys.readouterr().err
+    assert main(["--curve-every", "0"]) == 2
+    assert "--curve-every=0" in capsys.readouterr().err

@@ -6,7 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.report import aggregate, bench_markdown, clear, fmt, mean_std, table, verdict
+from benchmarks.report import (
+    aggregate,
+    bench_markdown,
+    clear,
+    curve_markdown,
+    curve_plot,
+    fmt,
+    mean_std,
+    table,
+    verdict,
+    verdicts_markdown,
+)
 
 
 def test_table() -> None:
@@ -74,3 +85,54 @@ def test_the_ablation_table_starts_with_the_shipped_setting() -> None:
         "| AttentionNCE (M=4)", "| AttentionNCE (M=4, d_pos=2, d_neg=10)"
     ]  # fmt: skip
     assert "| SimCLR |" not in ablation
+
+
+def test_learning_curve_gaps_and_the_regimes_two_bars(tmp_path: Path) -> None:
+    def point(n: int, seconds: float, lin: float, knn: float) -> dict:
+        return {"epochs": n, "train_seconds": seconds, "offline_acc1": lin, "offline_knn_acc1": knn}
+
+    def run(seed: int, curve: list) -> dict:
+        return {"label": "SimCLR", "comparison": "equal-epoch", "seed": seed, "status": "ok",
+                "epochs": 21, "curve": curve}  # fmt: skip
+
+    def ref(label: str, seed: int, lin: float, knn: float) -> dict:
+        return {"label": label, "comparison": "reference", "seed": seed, "status": "ok",
+                "epochs": 0, "offline_acc1": lin, "offline_knn_acc1": knn}  # fmt: skip
+
+    results = [
+        run(0, [point(1, 10.0, 70.0, 60.0), point(21, 200.0, 83.0, 82.0)]),
+        run(1, [point(1, 12.0, 72.0, 62.0), point(21, 220.0, 85.0, 80.0)]),
+        ref("random init (no pretraining)", 0, 79.0, 78.0),
+        ref("random init (no pretraining)", 1, 81.0, 78.0),
+        ref("raw pixels", 0, 81.5, 80.0),
+    ]
+    md = curve_markdown(results)
+    # epoch 21: linear 84.0 (untrained 80.0, pixels 81.5), kNN 81.0 (untrained 78.0): +4.0 and
+    # +3.0 pass step 1; +2.5 over the pixels passes step 2. Epoch 1 passes neither.
+    assert (
+        "| SimCLR | 21 | 2 | 210 | 84.0 ± 1.4 | 81.0 ± 1.4 | +4.0 | +3.0 | +2.5 | yes | yes |" in md
+    )
+    assert (
+        "| SimCLR | 1 | 2 | 11 | 71.0 ± 1.4 | 61.0 ± 1.4 | -9.0 | -17.0 | -10.5 | no | no |" in md
+    )
+    assert "## Learning curves" in bench_markdown(results, [])
+    assert curve_markdown(results[2:]) == ""  # no run kept a curve: no section
+    path = curve_plot(results, tmp_path / "curves.png", "t")
+    assert path is None or path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_four_verdicts_apply_the_noise_rule_to_both_probes() -> None:
+    def r(label: str, seed: int, lin: float, knn: float) -> dict:
+        return {"label": label, "comparison": "x", "seed": seed, "status": "ok", "epochs": 1,
+                "offline_acc1": lin, "offline_knn_acc1": knn}  # fmt: skip
+
+    results = [r("AttentionNCE (M=4)", 0, 80.0, 70.0), r("AttentionNCE (M=4)", 1, 82.0, 72.0),
+               r("SimCLR (time of AttentionNCE)", 0, 76.0, 71.0),
+               r("SimCLR (time of AttentionNCE)", 1, 78.0, 73.0)]  # fmt: skip
+    md = verdicts_markdown(results)
+    # linear: 81 - 77 = +4.0 > 1.41 + 1.41, clear; kNN: 71 - 72 = -1.0, not clear.
+    assert (
+        "- Does AttentionNCE beat SimCLR at equal time? AttentionNCE (M=4) minus SimCLR (time of "
+        "AttentionNCE): offline linear +4.0, clear; offline kNN -1.0, not clear (seeds 0,1 / 0,1)."
+    ) in md
+    assert "- Is the attention itself responsible? Not run yet ('AttentionNCE, attention off" in md

@@ -16,6 +16,8 @@ from benchmarks.runner import (
     Budget,
     Data,
     Result,
+    _Tail,
+    epochs_at,
     load_result,
     parse_set,
     prepare,
@@ -151,3 +153,35 @@ def test_a_moved_record_points_at_its_new_folder(tmp_path):
     new.parent.mkdir()
     old.rename(new)
     assert load_result(new).run_dir == str(new)
+
+
+def test_digest_ignores_where_the_run_and_its_data_lie(tmp_path):
+    def prep(out: str, cache: str, epochs: int = 1):
+        c = tmp_path / cache
+        data = Data("fashion_mnist", str(c / "fm" / "train"), str(c / "fm" / "val"), "", str(c))
+        return prepare(Run("a", "simclr", "x", 0, epochs), Budget(data, 8, 0), tmp_path / out)
+
+    here, there = prep("clone1", "cache1"), prep("clone2", "cache2")
+    assert str(tmp_path / "clone1") in " ".join(here.command)  # the command itself is unchanged
+    assert here.digest == there.digest  # a committed record is reused from another clone
+    assert prep("clone1", "cache1", epochs=2).digest != here.digest
+
+
+def test_the_runners_poll_reads_each_finished_epoch_line_once(tmp_path):
+    path = tmp_path / "record.jsonl"
+    tail = _Tail(path)
+    assert tail.new_epochs() == []  # no file yet
+    path.write_text('{"event": "step", "epoch": 1}\n{"event": "epoch", "epoch": 1}\n{"event": "ep')
+    assert tail.new_epochs() == [{"event": "epoch", "epoch": 1}]
+    with path.open("a") as fh:
+        fh.write('och", "epoch": 2}\n')
+    assert tail.new_epochs() == [{"event": "epoch", "epoch": 2}]
+    assert tail.new_epochs() == []
+
+
+def test_curve_checkpoints_come_after_every_other_override(tmp_path):
+    budget = _budget(tmp_path)
+    budget.overrides, budget.curve_every = ["++checkpoint.keep_prev=False"], 5
+    ovr = prepare(Run("a", "simclr", "x", 0, 11), budget, tmp_path).overrides
+    assert ovr[-2:] == ["++checkpoint.frequency=5", "++checkpoint.keep_prev=True"]
+    assert epochs_at(Path("simclr-fashion_mnist-seed0-0-ep=10.ckpt")) == 11

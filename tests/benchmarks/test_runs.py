@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.runs import BENCH_METHODS, Grids, Run, bench_runs, matched_epochs
+from benchmarks.runs import (
+    ALL_METHODS,
+    BENCH_METHODS,
+    PRESETS,
+    Grids,
+    Run,
+    bench_runs,
+    matched_epochs,
+    reference_parts,
+)
 
 
 def test_default_runs_seed_by_seed_equal_epochs_first() -> None:
@@ -78,3 +87,15 @@ def test_the_controls_see_the_same_views() -> None:
         ("SimCLR on the same views (M=4)", "simclr_views", ("++views.num_positives=4",)),
         ("AttentionNCE, attention off (M=4)", "attentionnce_off", ("++views.num_positives=4",)),
     ]
+
+
+def test_the_reference_parts_cover_every_reference_run_once() -> None:
+    preset = PRESETS["reference"]
+    runs = bench_runs(preset.methods, preset.seeds, preset.epochs)
+    parts = reference_parts(preset.seeds)
+    owners = {r.key: [n for n, (s, labels) in parts.items() if s == r.seed and r.label in labels]
+              for r in runs}  # fmt: skip
+    assert all(len(names) == 1 for names in owners.values()), owners
+    assert len(parts) == len(preset.seeds) * 7 and set(preset.methods) == set(ALL_METHODS)
+    first = [r.label for r in runs if owners[r.key] == ["seed0-a"]]
+    assert "SimCLR" in first and "AttentionNCE (M=4)" in first  # the equal-time rows' timings
