@@ -35,6 +35,7 @@ from benchmarks.runner import (
     Budget,
     Data,
     Result,
+    check_curve_epochs,
     compose,
     config_name,
     execute,
@@ -218,6 +219,8 @@ def bench(opts: Options, command: str) -> int:
         base = tuple(shipped(opts.ablation_method, opts.dataset, k) for k in ("d_pos", "d_neg"))
         runs = bench_runs(methods, seeds, epochs, opts.num_positives, opts.extra_m,
                           opts.time_matched, grids, base)  # fmt: skip
+    if opts.curve_every:
+        check_curve_epochs(runs, opts.curve_every)
     only = None
     if opts.part is not None:
         parts = reference_parts(seeds)

@@ -155,10 +155,32 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
         if method in (None, run.method):
             out.append(f"++{key}={value}")
     out += budget.overrides
-    if budget.curve_every:
+    if curves(budget, run):
         # solo's Checkpointer saves when current_epoch % frequency == 0: after epochs 1, N+1, ...
         out += [f"++checkpoint.frequency={budget.curve_every}", "++checkpoint.keep_prev=True"]
     return out
+
+
+def curves(budget: Budget, run: Run) -> bool:
+    """Whether a run keeps a learning curve: with ``--curve-every``, every run of fixed epochs
+    (an equal-time run's epochs come from timings, so its last epoch may fall off the grid)."""
+    return bool(budget.curve_every) and run.matched_to is None
+
+
+def check_curve_epochs(runs: Sequence[Run], every: int) -> None:
+    """solo's Checkpointer saves only when ``current_epoch % every == 0``: the last epoch is
+    saved, and probed, only when ``(epochs - 1) % every == 0``.
+
+    Raises:
+        BenchConfigError: a run of fixed epochs whose last epoch would not be saved.
+    """
+    bad = sorted({r.epochs for r in runs if r.matched_to is None and (r.epochs - 1) % every})
+    if bad:
+        ok = ", ".join(str(e - (e - 1) % every) for e in bad)
+        raise BenchConfigError(
+            f"--curve-every={every}: solo-learn saves checkpoints after epochs 1, {every + 1}, "
+            f"{2 * every + 1}, ...; epochs {bad} would end between two (e.g. {ok} instead)"
+        )
 
 
 def hydra_overrides(budget: Budget) -> List[str]:
@@ -417,8 +439,10 @@ def probe_into(result: Result, make_backbone: Callable[[], Any], budget: Budget,
 
 
 def epochs_at(ckpt: Path) -> int:
-    """Epochs trained at a checkpoint: solo's Checkpointer names it ``...-ep=<0-based epoch>``."""
-    return int(ckpt.stem.rsplit("-ep=", 1)[1]) + 1
+    """Epochs trained at a checkpoint: solo's Checkpointer names it ``...-ep=<0-based epoch>``
+    (0 for a name without it)."""
+    _, sep, epoch = ckpt.stem.rpartition("-ep=")
+    return int(epoch) + 1 if sep and epoch.isdigit() else 0
 
 
 def curve_into(result: Result, run_dir: Path, budget: Budget, cfg: Any) -> None:
@@ -514,7 +538,7 @@ def execute(
             if prior is not None:
                 results.append(prior)
             continue
-        lacks_curve = prior is not None and bool(budget.curve_every) and not prior.curve
+        lacks_curve = prior is not None and curves(budget, run) and not prior.curve
         if prior is not None and (
             (probe and prior.offline_acc1 is None)
             or ((keep_checkpoints or lacks_curve) and find_checkpoint(prep.run_dir) is None)
@@ -549,11 +573,11 @@ def execute(
             # The parsed config solo-learn saved: the untrained reference rebuilds from it.
             shutil.copy(ckpt.parent / "args.json", prep.run_dir / "args.json")
         if result.status == "ok" and probe:
-            if ckpt is None:
-                result.error = "offline probe skipped: no checkpoint"
+            if ckpt is None or epochs_at(ckpt) != result.epochs_done:
+                result.error = "offline probe skipped: no checkpoint of the last epoch"
             else:
                 probe_into(result, lambda: load_pretrained_backbone(ckpt), budget, prep.resolved)
-                if budget.curve_every:
+                if curves(budget, run):
                     curve_into(result, prep.run_dir, budget, prep.resolved)
         if not keep_checkpoints:
             shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)

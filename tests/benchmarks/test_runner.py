@@ -17,6 +17,7 @@ from benchmarks.runner import (
     Data,
     Result,
     _Tail,
+    check_curve_epochs,
     epochs_at,
     load_result,
     parse_set,
@@ -185,3 +186,14 @@ def test_curve_checkpoints_come_after_every_other_override(tmp_path):
     ovr = prepare(Run("a", "simclr", "x", 0, 11), budget, tmp_path).overrides
     assert ovr[-2:] == ["++checkpoint.frequency=5", "++checkpoint.keep_prev=True"]
     assert epochs_at(Path("simclr-fashion_mnist-seed0-0-ep=10.ckpt")) == 11
+    assert epochs_at(Path("last.ckpt")) == 0
+    timed = Run("t", "simclr", "equal-time", 0, 7, matched_to="a")
+    assert not any("frequency" in o for o in prepare(timed, budget, tmp_path).overrides)
+
+
+def test_curve_epochs_must_end_on_a_saved_checkpoint():
+    check_curve_epochs(
+        [Run("a", "simclr", "x", 0, 21), Run("t", "simclr", "y", 0, 8, matched_to="b")], 10
+    )
+    with pytest.raises(BenchConfigError, match=r"epochs \[20\] would end between two \(e.g. 11"):
+        check_curve_epochs([Run("a", "simclr", "x", 0, 20)], 10)
