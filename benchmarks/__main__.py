@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from benchmarks.options import Options, parse
-from benchmarks.report import bench_markdown, table, verdicts_markdown, write_outputs
+from benchmarks.report import bench_markdown, get, table, verdicts_markdown, write_outputs
 from benchmarks.runner import (
     BenchConfigError,
     Budget,
@@ -42,7 +42,6 @@ from benchmarks.runner import (
     load_result,
     parse_set,
     reference_results,
-    save_result,
 )
 from benchmarks.runs import DATASETS, PRESETS, Grids, Run, bench_runs, reference_parts
 
@@ -156,11 +155,7 @@ def train_and_report(
         if opts.dry_run:
             return results, ""
         if opts.references and opts.offline_probe:
-            for ref in reference_results(results, b, seeds):
-                ref.run_dir = str(out / "runs" / ref.key)
-                Path(ref.run_dir).mkdir(parents=True, exist_ok=True)
-                save_result(ref, "reference")  # a record too: --report-only shows it
-                results.append(ref)
+            results += reference_results(results, b, seeds, out)
     header = [
         f"command: `{command}`, {datetime.datetime.now():%Y-%m-%d %H:%M}, "
         f"{(time.perf_counter() - started) / 60:.1f} min",
@@ -178,8 +173,7 @@ def parts_markdown(
     runs: Sequence[Run], results: Sequence[Any], parts: Dict[str, Tuple[int, Tuple[str, ...]]]
 ) -> str:
     """Which parts of the reference preset have run: their records are in the table above."""
-    done = {(r.key if isinstance(r, Result) else r["key"]) for r in results
-            if (r.status if isinstance(r, Result) else r["status"]) == "ok"}  # fmt: skip
+    done = {get(r, "key") for r in results if get(r, "status") == "ok"}
     rows = []
     for name, (seed, labels) in parts.items():
         keys = [r.key for r in runs if r.seed == seed and r.label in labels]
@@ -229,8 +223,14 @@ def bench(opts: Options, command: str) -> int:
                 f"--part={opts.part!r}: a part of --preset reference; allowed values are "
                 f"{list(parts)}"
             )
+        planned = {(seed, label) for seed, labels in parts.values() for label in labels}
         seed, labels = parts[opts.part]
         only = {r.key for r in runs if r.seed == seed and r.label in labels}
+        if opts.frontier or {(r.seed, r.label) for r in runs} != planned:
+            raise BenchConfigError(
+                f"--part={opts.part}: the parts split the reference preset's own plan; drop "
+                "--frontier, --methods, --num-positives, --extra-m, --no-time-matched, --ablation"
+            )
     if opts.report_only:  # the records are all it reads: no data conversion
         data = Data(opts.dataset, "", None, f"as recorded in {out / 'runs'}")
     else:

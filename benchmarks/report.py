@@ -252,11 +252,13 @@ def _reference(results: Sequence[Any], label: str, metric: str) -> MeanStd:
 
 
 def curve_points(results: Sequence[Any]) -> Dict[str, Dict[int, List[Dict[str, float]]]]:
-    """label -> epochs -> the ``curve`` points of its seeds there."""
+    """ "<label> (<E>-epoch run)" -> epochs -> the ``curve`` points of its seeds there (points of
+    one schedule only: a run of other epochs has another learning-rate schedule)."""
     out: Dict[str, Dict[int, List[Dict[str, float]]]] = {}
     for r in results:
+        name = f"{get(r, 'label')} ({get(r, 'epochs')}-epoch run)"
         for point in (get(r, "curve") or []) if get(r, "status") == "ok" else []:
-            out.setdefault(get(r, "label"), {}).setdefault(int(point["epochs"]), []).append(point)
+            out.setdefault(name, {}).setdefault(int(point["epochs"]), []).append(point)
     return out
 
 
@@ -336,12 +338,13 @@ QUESTIONS: Tuple[Tuple[str, str, str], ...] = (
 
 def verdicts_markdown(results: Sequence[Any]) -> str:
     """One line per question: row a minus row b on both offline probes, with the noise rule."""
-    rows = {r.label: r for r in aggregate(results)}
+    rows = {r.label: r for r in aggregate(results) if r.seeds}
     lines = []
     for question, a, b in QUESTIONS:
-        if a not in rows or b not in rows:
-            missing = " and ".join(f"'{x}'" for x in (a, b) if x not in rows)
-            lines.append(f"- {question} Not run yet ({missing} has no record).")
+        missing = [f"'{x}'" for x in (a, b) if x not in rows]
+        if missing:
+            verb = "has" if len(missing) == 1 else "have"
+            lines.append(f"- {question} Not run yet ({' and '.join(missing)} {verb} no record).")
             continue
         gaps = [f"{name} {verdict(rows[a].stats[m], rows[b].stats[m])}"
                 for m, name in zip(PROBES, ("offline linear", "offline kNN"))]  # fmt: skip
@@ -380,10 +383,11 @@ def bench_markdown(results: Sequence[Any], header: Sequence[str]) -> str:
                   "their covariance (Roy & Vetterli, 2007).", "", rows_table(healthy, HEALTH), ""]  # fmt: skip
     parts.append(curve_markdown(results))
     parts.append(configs_section(rows))
-    failed = [r for r in results if get(r, "status") != "ok"]
     notes = list(NOTES) + [
-        f"FAILED or skipped: {get(r, 'key')}: {(get(r, 'error') or '?').strip().splitlines()[-1]}"
-        for r in failed
+        f"{'FAILED or skipped' if get(r, 'status') != 'ok' else 'Note'}: {get(r, 'key')}: "
+        f"{(get(r, 'error') or '?').strip().splitlines()[-1]}"
+        for r in results
+        if get(r, "status") != "ok" or get(r, "error")
     ]
     return "\n".join(parts) + "\n## Notes\n\n" + "".join(f"- {n}\n" for n in notes)
 
@@ -400,11 +404,11 @@ def write_outputs(results: Sequence[Any], markdown: str, out: Path, title: str) 
     (out / "results.md").write_text(markdown)
     dicts = [r if isinstance(r, dict) else asdict(r) for r in results]
     (out / "results.json").write_text(json.dumps(dicts, indent=2) + "\n")
-    fields = list(dicts[0]) if dicts else []
+    fields = [f for f in (dicts[0] if dicts else []) if f not in ("settings", "curve")]
     with (out / "runs.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
-        w.writerows({k: v for k, v in d.items() if k != "settings"} for d in dicts)
+        w.writerows(dicts)
     with (out / "summary.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         names = [a for a, _ in METRICS + HEALTH] + ["seconds_per_epoch", "train_seconds"]

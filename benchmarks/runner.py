@@ -232,10 +232,13 @@ class Prepared:
         """Hash of the command, the resolved config and the plugin's version: a finished run is
         reused only for exactly this (a version that changes the loss's rounding changes every
         trained number). The run's folder and the data cache are placeholders in it, so a
-        committed record is reused from any clone."""
-        text = "\n".join(
-            [attnce_plugin.__version__, *self.command[2:], OmegaConf.to_yaml(self.resolved)]
+        committed record is reused from any clone; the checkpoint settings are left out."""
+        # Where and how often checkpoints are kept does not change what is trained.
+        args = [a for a in self.command[2:] if not a.startswith("++checkpoint.")]
+        trained = OmegaConf.masked_copy(
+            self.resolved, [k for k in self.resolved if k != "checkpoint"]
         )
+        text = "\n".join([attnce_plugin.__version__, *args, OmegaConf.to_yaml(trained)])
         for path, placeholder in self.portable:
             text = text.replace(path, placeholder)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -386,8 +389,8 @@ def launch(prep: Prepared, on_epoch: Optional[Callable[[Dict[str, Any]], None]] 
         result.knn_acc1 = epochs[-1].get("val_knn_acc1")
         result.linear_acc1 = epochs[-1].get("val_acc1")
     if proc.returncode != 0:
-        tail = (prep.run_dir / "train.log").read_text(errors="replace").splitlines()[-15:]
-        result.status, result.error = "failed", f"exit {proc.returncode}:\n" + "\n".join(tail)
+        log_end = (prep.run_dir / "train.log").read_text(errors="replace").splitlines()[-15:]
+        result.status, result.error = "failed", f"exit {proc.returncode}:\n" + "\n".join(log_end)
     elif result.epochs_done < run.epochs:
         result.status = "failed"
         result.error = f"only {result.epochs_done} of {run.epochs} epochs were recorded"
@@ -474,8 +477,8 @@ def curve_into(result: Result, run_dir: Path, budget: Budget, cfg: Any) -> None:
 
 
 def find_checkpoint(run_dir: Path) -> Optional[Path]:
-    ckpts = sorted((run_dir / "ckpt").rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-    return ckpts[-1] if ckpts else None
+    ckpts = list((run_dir / "ckpt").rglob("*.ckpt"))
+    return max(ckpts, key=lambda p: (epochs_at(p), p.stat().st_mtime)) if ckpts else None
 
 
 def _progress(total: int, desc: str, position: int) -> Any:
@@ -515,7 +518,7 @@ def execute(
             bar.set_description(f"[{i + 1}/{len(runs)}] {run.label} seed {run.seed}")
             bar.update(0 if i == 0 else 1)
         if run.epochs == 0:
-            n = _matched(run, results, matched)
+            n = _matched(run, results, matched, min(r.seed for r in runs))
             if n is None and only is not None and run.key not in only:
                 continue  # another part's run, not yet timed: nothing to show
             if n is None:
@@ -523,7 +526,7 @@ def execute(
                     Result(
                         run.key, run.label, run.method, run.comparison, run.seed, 0,
                         run.matched_to, "skipped", f"no timing of '{run.matched_to}' or of its "
-                        "baseline on the first seed (a run failed): the equal-time epochs are unknown",
+                        "baseline on the first seed (not run yet, or failed): the equal-time epochs are unknown",
                     )
                 )  # fmt: skip
                 continue
@@ -591,9 +594,10 @@ def execute(
     return results
 
 
-def _matched(run: Run, results: Sequence[Result], cache: Dict[str, int]) -> Optional[int]:
+def _matched(
+    run: Run, results: Sequence[Result], cache: Dict[str, int], first_seed: int
+) -> Optional[int]:
     if run.label not in cache:
-        first_seed = min(r.seed for r in results) if results else 0
 
         def per_epoch(label: str) -> Optional[Result]:
             return next(
@@ -620,10 +624,11 @@ REFERENCES = tuple(zip(REFERENCE_LABELS, ("random-init", "raw-pixels")))
 
 
 def reference_results(
-    results: Sequence[Result], budget: Budget, seeds: Sequence[int]
+    results: Sequence[Result], budget: Budget, seeds: Sequence[int], out: Path
 ) -> List[Result]:
     """The untrained backbone (one per seed) and the raw pixels, probed on the same images; the
-    backbone is rebuilt from a finished run's saved config (``args.json``)."""
+    backbone is rebuilt from a finished run's saved config (``args.json``). Each is a record under
+    ``<out>/runs/reference/``, reused while the data and the plugin version are the same."""
     from benchmarks.probe import Pixels, random_backbone
 
     sources = [Path(r.run_dir) / "args.json" for r in results if r.status == "ok" and r.run_dir]
@@ -631,14 +636,25 @@ def reference_results(
     if args_json is None or budget.data.val is None:
         return []
     cfg = OmegaConf.create(json.loads(args_json.read_text()))
+    backbone = OmegaConf.to_yaml(cfg.get("backbone", {})) + f"crop {budget.crop_size}"
     refs = []
     for label, key in REFERENCES:
         for seed in seeds if key == "random-init" else seeds[:1]:
             ref = Result(f"reference/{key}/seed{seed}", label, "none", "reference", seed, 0)
+            ref.run_dir = str(out / "runs" / ref.key)
+            digest = hashlib.sha256(
+                "\n".join([attnce_plugin.__version__, budget.data.note, ref.key, backbone]).encode()
+            ).hexdigest()[:16]
+            prior = load_result(Path(ref.run_dir), digest)
+            if prior is not None:
+                refs.append(prior)
+                continue
             make = (
                 (lambda s=seed: random_backbone(args_json, s)) if key == "random-init" else Pixels
             )
             probe_into(ref, make, budget, cfg)
             ref.status = "ok" if ref.offline_acc1 is not None else "failed"
+            Path(ref.run_dir).mkdir(parents=True, exist_ok=True)
+            save_result(ref, digest)  # a record too: --report-only shows it
             refs.append(ref)
     return refs

@@ -70,10 +70,15 @@ def test_smoke_end_to_end_then_reuse(tmp_path: Path) -> None:
     # are reused there: nothing trains again.
     moved = tmp_path / "clone2"
     shutil.copytree(out / "runs", moved / "runs")
-    logs = {p: p.stat().st_mtime_ns for p in (moved / "runs").rglob("train.log")}
+
+    def stamps() -> dict:  # the runs' logs and the reference rows' records
+        paths = [*(moved / "runs").rglob("train.log"), *(moved / "runs/reference").rglob("*.json")]
+        return {p: p.stat().st_mtime_ns for p in paths}
+
+    before = stamps()
     again = _bench(moved, "--data-cache", str(tmp_path / "cache2"))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert logs and logs == {p: p.stat().st_mtime_ns for p in (moved / "runs").rglob("train.log")}
+    assert len(before) == 7 + 2 and before == stamps()  # 7 runs, untrained + pixels: all reused
     assert (moved / "results.md").read_text().count("| SimCLR | 1 | 0 |") == 2  # + health table
 
     (moved / "results.md").unlink()
@@ -112,5 +117,7 @@ def test_cli_errors_name_the_problem(capsys: pytest.CaptureFixture) -> None:
     assert "seed0-a" in capsys.readouterr().err
     assert main(["--preset", "reference", "--part", "seed9-a", "--dry-run"]) == 2
     assert "allowed values are ['seed0-a'" in capsys.readouterr().err
+    assert main(["--preset", "reference", "--part", "seed0-a", "--methods", "simclr"]) == 2
+    assert "the parts split the reference preset's own plan" in capsys.readouterr().err
     assert main(["--curve-every", "0"]) == 2
     assert "--curve-every=0" in capsys.readouterr().err

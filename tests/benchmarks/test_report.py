@@ -110,10 +110,12 @@ def test_learning_curve_gaps_and_the_regimes_two_bars(tmp_path: Path) -> None:
     # epoch 21: linear 84.0 (untrained 80.0, pixels 81.5), kNN 81.0 (untrained 78.0): +4.0 and
     # +3.0 pass step 1; +2.5 over the pixels passes step 2. Epoch 1 passes neither.
     assert (
-        "| SimCLR | 21 | 2 | 210 | 84.0 ± 1.4 | 81.0 ± 1.4 | +4.0 | +3.0 | +2.5 | yes | yes |" in md
+        "| SimCLR (21-epoch run) | 21 | 2 | 210 | 84.0 ± 1.4 | 81.0 ± 1.4 | +4.0 | +3.0 | +2.5 | yes | yes |"
+        in md
     )
     assert (
-        "| SimCLR | 1 | 2 | 11 | 71.0 ± 1.4 | 61.0 ± 1.4 | -9.0 | -17.0 | -10.5 | no | no |" in md
+        "| SimCLR (21-epoch run) | 1 | 2 | 11 | 71.0 ± 1.4 | 61.0 ± 1.4 | -9.0 | -17.0 | -10.5 | no | no |"
+        in md
     )
     assert "## Learning curves" in bench_markdown(results, [])
     assert curve_markdown(results[2:]) == ""  # no run kept a curve: no section

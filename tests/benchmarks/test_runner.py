@@ -166,6 +166,11 @@ def test_digest_ignores_where_the_run_and_its_data_lie(tmp_path):
     assert str(tmp_path / "clone1") in " ".join(here.command)  # the command itself is unchanged
     assert here.digest == there.digest  # a committed record is reused from another clone
     assert prep("clone1", "cache1", epochs=2).digest != here.digest
+    kept = Budget(Data("fashion_mnist", "t", "v", ""), 8, 0, curve_every=1)
+    plain = Budget(Data("fashion_mnist", "t", "v", ""), 8, 0)
+    run = Run("a", "simclr", "x", 0, 3)
+    # Keeping checkpoints changes nothing that is trained: the same digest.
+    assert prepare(run, kept, tmp_path).digest == prepare(run, plain, tmp_path).digest
 
 
 def test_the_runners_poll_reads_each_finished_epoch_line_once(tmp_path):
