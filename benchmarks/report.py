@@ -262,6 +262,46 @@ def curve_points(results: Sequence[Any]) -> Dict[str, Dict[int, List[Dict[str, f
     return out
 
 
+def extrapolate(points: Sequence[Tuple[float, float]], target: float) -> Optional[float]:
+    """The seconds at which the least-squares line ``accuracy = a + b * ln(seconds)`` through
+    ``(seconds, accuracy)`` points reaches ``target``; None for fewer than 3 points or no rise."""
+    if len(points) < 3:
+        return None
+    xs, ys = [math.log(x) for x, _ in points], [y for _, y in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    return math.exp(mx + (target - my) / slope) if slope > 0 else None
+
+
+def _bars(
+    name: str,
+    by_epoch: Dict[int, List[Dict[str, float]]],
+    bars: Sequence[Tuple[str, str, Optional[float]]],
+) -> str:
+    """Where a curve passes each bar (metric, what, level): measured, or extrapolated from a
+    log-linear fit of the later half of its points."""
+    pts = [
+        (mean_std([p["train_seconds"] for p in v])[0] or 0.0, v)
+        for _, v in sorted(by_epoch.items())
+    ]
+    said = []
+    for metric, what, level in bars:
+        if level is None:
+            continue
+        line = [(x, mean_std([p[metric] for p in v])[0]) for x, v in pts]
+        hit = next((x for x, y in line if y is not None and y >= level), None)
+        if hit is not None:
+            said.append(f"{what} ({level:.1f}) passed at {hit:.0f} s")
+            continue
+        late = [(x, y) for x, y in line[len(line) // 2 :] if y is not None and x > 0]
+        at = extrapolate(late, level)
+        said.append(f"{what} ({level:.1f}) not passed by {line[-1][0]:.0f} s; "
+                    + (f"a log-linear fit of the last {len(late)} points reaches it at ~{at:.0f} s"
+                       if at else f"the last {len(late)} points do not rise"))  # fmt: skip
+    return f"- {name}: " + "; ".join(said) + "."
+
+
 def curve_markdown(results: Sequence[Any]) -> str:
     """The learning curves (``--curve-every``): each kept checkpoint's offline probes, their gaps
     to the untrained backbone and the raw pixels, and which bar of the regime they pass."""
@@ -299,7 +339,18 @@ def curve_markdown(results: Sequence[Any]) -> str:
     text = ("Each run's kept checkpoints (`--curve-every`), probed as its last one is; train s "
             "sums the record's epochs up to the checkpoint. A point inside a run is not the end "
             "of a shorter run: its learning rate has not yet decayed (one cosine schedule).")  # fmt: skip
-    return "\n".join(["## Learning curves", "", text, "", refs, "", table(head, body), ""])
+    def plus(ref: MeanStd, margin: float) -> Optional[float]:
+        return None if ref[0] is None else ref[0] + margin
+
+    bars = [(PROBES[0], f"linear >= untrained + {STEP1:g}", plus(untrained[0], STEP1)),
+            (PROBES[1], f"kNN >= untrained + {STEP1:g}", plus(untrained[1], STEP1)),
+            (PROBES[0], f"linear >= pixels + {STEP2:g}", plus(pixels[0], STEP2))]  # fmt: skip
+    where = [_bars(name, by_epoch, bars) for name, by_epoch in curves.items()]
+    fit = ("Extrapolation: a least-squares line of accuracy against ln(training seconds) "
+           "through the later half of the points; points inside one schedule, so a guess.")  # fmt: skip
+    return "\n".join(
+        ["## Learning curves", "", text, "", refs, "", table(head, body), "", *where, "", fit, ""]
+    )
 
 
 def curve_plot(results: Sequence[Any], path: Path, title: str) -> Optional[Path]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from benchmarks.report import (
     clear,
     curve_markdown,
     curve_plot,
+    extrapolate,
     fmt,
     mean_std,
     table,
@@ -117,10 +119,31 @@ def test_learning_curve_gaps_and_the_regimes_two_bars(tmp_path: Path) -> None:
         "| SimCLR (21-epoch run) | 1 | 2 | 11 | 71.0 ± 1.4 | 61.0 ± 1.4 | -9.0 | -17.0 | -10.5 | no | no |"
         in md
     )
+    assert (
+        "- SimCLR (21-epoch run): linear >= untrained + 3 (83.0) passed at 210 s; kNN >= untrained"
+        " + 3 (81.0) passed at 210 s; linear >= pixels + 2 (83.5) passed at 210 s."
+    ) in md
+    secs = (10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+    rising = [run(0, [point(i + 1, x, 50.0 + 5 * math.log(x), 50.0) for i, x in enumerate(secs)])]
+    md = curve_markdown(rising + results[2:])
+    # linear = 50 + 5 ln(s): 78.8 at 320 s; the line through the last 3 points reaches 83.0 at
+    # exp(33 / 5) = 735 s. The flat kNN never rises.
+    assert (
+        "linear >= untrained + 3 (83.0) not passed by 320 s; a log-linear fit of the last 3 "
+        "points reaches it at ~735 s"
+    ) in md
+    assert "kNN >= untrained + 3 (81.0) not passed by 320 s; the last 3 points do not rise" in md
     assert "## Learning curves" in bench_markdown(results, [])
     assert curve_markdown(results[2:]) == ""  # no run kept a curve: no section
     path = curve_plot(results, tmp_path / "curves.png", "t")
     assert path is None or path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_extrapolate_follows_a_log_linear_rise() -> None:
+    points = [(math.exp(1.0), 1.0), (math.exp(2.0), 2.0), (math.exp(3.0), 3.0)]
+    assert extrapolate(points, 4.0) == pytest.approx(math.exp(4.0))
+    assert extrapolate([(1.0, 5.0), (2.0, 5.0), (3.0, 4.0)], 6.0) is None  # falling
+    assert extrapolate(points[:2], 4.0) is None
 
 
 def test_the_four_verdicts_apply_the_noise_rule_to_both_probes() -> None:
