@@ -232,7 +232,8 @@ def bench(opts: Options, command: str) -> int:
                 "--frontier, --methods, --num-positives, --extra-m, --no-time-matched, --ablation"
             )
     if opts.report_only:  # the records are all it reads: no data conversion
-        data = Data(opts.dataset, "", None, f"as recorded in {out / 'runs'}")
+        shown = os.path.relpath(out / "runs") if out.is_relative_to(Path.cwd()) else out / "runs"
+        data = Data(opts.dataset, "", None, f"as recorded in {shown}")
     else:
         data = prepare_data(opts, out)
     print(f"benchmarks: {len(runs)} runs, seeds {seeds}; output in {out}", file=sys.stderr)

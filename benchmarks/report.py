@@ -328,6 +328,7 @@ def curve_markdown(results: Sequence[Any]) -> str:
             if lin[0] is not None and pixels[0][0] is not None:
                 step2 = "yes" if lin[0] - pixels[0][0] >= STEP2 else "no"
             seconds = mean_std([p["train_seconds"] for p in pts])[0]
+
             body.append([label, n, len(pts), _num(seconds, 0), fmt(lin), fmt(knn),
                          gap(lin, untrained[0]), gap(knn, untrained[1]), gap(lin, pixels[0]),
                          step1, step2])  # fmt: skip
@@ -478,4 +479,4 @@ def write_outputs(results: Sequence[Any], markdown: str, out: Path, title: str) 
         for r in rows
     }
     line_plot(series, out / "results.png", title, "training seconds", "online kNN top-1 %")
-    curve_plot(results, out / "curves.png", title)
+    curve_plot(results, out / "curves.png", "learning curves: offline probes")
