@@ -115,7 +115,7 @@ PRESETS: Dict[str, Preset] = {
     "reference": Preset(
         6000, 2000, 24, 128, (0, 1, 2), 0,
         "the comparison in the learning regime (docs/results.md): every method and control, "
-        "3 seeds; ~35 h on 2 CPU cores, run in parts (--part)",
+        "3 seeds; ~33 h on 2 CPU cores, run in parts (--part)",
         methods=ALL_METHODS,
     ),  # fmt: skip
 }
