@@ -9,6 +9,8 @@ Examples::
     python3 -m benchmarks --experiment false_negatives   # one experiment (docs/)
     python3 -m benchmarks --set optimizer.lr=0.3 --set attentionnce:method_kwargs.d_neg=1
     python3 -m benchmarks --report-only --out bench_out  # tables from the run records only
+    python3 -m benchmarks --preset reference --part seed0-a --out benchmarks/results/reference
+    python3 -m benchmarks --curve-every 10 --epochs 71   # + each 10th checkpoint probed
     python3 -m benchmarks -- ++trainer_option=value      # raw Hydra overrides, every run
 """
 
@@ -178,7 +180,10 @@ def parts_markdown(
     for name, (seed, labels) in parts.items():
         keys = [r.key for r in runs if r.seed == seed and r.label in labels]
         n = sum(k in done for k in keys)
-        state = "done" if n == len(keys) else "not run" if n == 0 else f"{n} of {len(keys)} runs"
+        state = (
+            "not in this plan" if not keys
+            else "done" if n == len(keys) else "not run" if n == 0 else f"{n} of {len(keys)} runs"
+        )  # fmt: skip
         rows.append([f"`{name}`", seed, "; ".join(labels), state])
     return (
         "## Parts\n\nEach part trains in one sitting (`--part NAME`); the table is rebuilt from "
@@ -217,6 +222,8 @@ def bench(opts: Options, command: str) -> int:
         check_curve_epochs(runs, opts.curve_every)
     only = None
     if opts.part is not None:
+        if opts.seeds is not None:
+            raise BenchConfigError("--part: the parts are the preset's seeds; drop --seeds")
         parts = reference_parts(seeds)
         if opts.preset != "reference" or opts.part not in parts:
             raise BenchConfigError(

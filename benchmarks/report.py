@@ -296,9 +296,10 @@ def _bars(
             continue
         late = [(x, y) for x, y in line[len(line) // 2 :] if y is not None and x > 0]
         at = extrapolate(late, level)
-        said.append(f"{what} ({level:.1f}) not passed by {line[-1][0]:.0f} s; "
-                    + (f"a log-linear fit of the last {len(late)} points reaches it at ~{at:.0f} s"
-                       if at else f"the last {len(late)} points do not rise"))  # fmt: skip
+        fit = (f"a log-linear fit of the last {len(late)} points reaches it at ~{at:.0f} s" if at
+               else f"the last {len(late)} points do not rise" if len(late) >= 3
+               else "too few points to extrapolate")  # fmt: skip
+        said.append(f"{what} ({level:.1f}) not passed by {line[-1][0]:.0f} s; {fit}")
     return f"- {name}: " + "; ".join(said) + "."
 
 
@@ -332,7 +333,7 @@ def curve_markdown(results: Sequence[Any]) -> str:
             body.append([label, n, len(pts), _num(seconds, 0), fmt(lin), fmt(knn),
                          gap(lin, untrained[0]), gap(knn, untrained[1]), gap(lin, pixels[0]),
                          step1, step2])  # fmt: skip
-    head = ["method", "epochs", "seeds", "train s", "offline linear", "offline kNN",
+    head = ["method", "epochs", "n seeds", "train s", "offline linear", "offline kNN",
             "linear - untrained", "kNN - untrained", "linear - pixels",
             f"step 1 (both >= untrained + {STEP1:g})", f"step 2 (linear >= pixels + {STEP2:g})"]  # fmt: skip
     refs = (f"untrained backbone: linear {fmt(untrained[0])}, kNN {fmt(untrained[1])}; raw pixels: "

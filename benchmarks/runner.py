@@ -344,6 +344,7 @@ def launch(prep: Prepared, on_epoch: Optional[Callable[[Dict[str, Any]], None]] 
     run = prep.run
     for stale in ("record.jsonl", "result.json"):
         (prep.run_dir / stale).unlink(missing_ok=True)
+    shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)  # an older run's checkpoints
     prep.write()
     result = Result(
         run.key, run.label, run.method, run.comparison, run.seed, run.epochs, run.matched_to,
@@ -542,9 +543,12 @@ def execute(
                 results.append(prior)
             continue
         lacks_curve = prior is not None and curves(budget, run) and not prior.curve
+        kept = {epochs_at(c) for c in (prep.run_dir / "ckpt").rglob("*.ckpt")}
+        grid = set(range(1, run.epochs + 1, budget.curve_every or 1))
         if prior is not None and (
             (probe and prior.offline_acc1 is None)
-            or ((keep_checkpoints or lacks_curve) and find_checkpoint(prep.run_dir) is None)
+            or (keep_checkpoints and run.epochs not in kept)
+            or (lacks_curve and not grid <= kept)
         ):
             prior = None  # trained without what is asked for now (its probe, its checkpoints)
         if prior is not None:

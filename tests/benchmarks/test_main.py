@@ -117,6 +117,8 @@ def test_cli_errors_name_the_problem(capsys: pytest.CaptureFixture) -> None:
     assert "seed0-a" in capsys.readouterr().err
     assert main(["--preset", "reference", "--part", "seed9-a", "--dry-run"]) == 2
     assert "allowed values are ['seed0-a'" in capsys.readouterr().err
+    assert main(["--preset", "reference", "--part", "seed1-a", "--seeds", "1"]) == 2
+    assert "drop --seeds" in capsys.readouterr().err
     assert main(["--preset", "reference", "--part", "seed0-a", "--methods", "simclr"]) == 2
     assert "the parts split the reference preset's own plan" in capsys.readouterr().err
     assert main(["--curve-every", "0"]) == 2
