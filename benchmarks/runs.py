@@ -114,8 +114,8 @@ PRESETS: Dict[str, Preset] = {
     # 0 workers: on 2 cores the loader workers slow the step more than they save (step_profile).
     "reference": Preset(
         6000, 2000, 24, 128, (0, 1, 2), 0,
-        "the comparison in the learning regime (docs/results.md): every method and control, "
-        "3 seeds; ~33 h on 2 CPU cores, run in parts (--part)",
+        "every method and control, 3 seeds, at the largest budget a part holds (so far below "
+        "the learning regime: docs/results.md); ~33 h on 2 CPU cores, run in parts (--part)",
         methods=ALL_METHODS,
     ),  # fmt: skip
 }
