@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -455,7 +456,9 @@ def write_outputs(results: Sequence[Any], markdown: str, out: Path, title: str) 
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(markdown)
-    dicts = [r if isinstance(r, dict) else asdict(r) for r in results]
+    dicts = [dict(r if isinstance(r, dict) else asdict(r)) for r in results]
+    for d in dicts:  # the run folders as the output folder shows them, not this machine's paths
+        d["run_dir"] = os.path.relpath(d["run_dir"], out) if d.get("run_dir") else ""
     (out / "results.json").write_text(json.dumps(dicts, indent=2) + "\n")
     fields = [f for f in (dicts[0] if dicts else []) if f not in ("settings", "curve")]
     with (out / "runs.csv").open("w", newline="") as fh:

@@ -399,7 +399,8 @@ def launch(prep: Prepared, on_epoch: Optional[Callable[[Dict[str, Any]], None]] 
 
 
 def save_result(result: Result, digest: str) -> None:
-    data = dict(asdict(result), config_digest=digest)
+    # No run_dir: it is the record's own folder (load_result sets it), wherever the record lies.
+    data = dict(asdict(result), config_digest=digest, run_dir="")
     Path(result.run_dir, "result.json").write_text(json.dumps(data, indent=2) + "\n")
 
 

@@ -60,7 +60,7 @@ def test_smoke_end_to_end_then_reuse(tmp_path: Path) -> None:
         assert 0 <= float(r["offline_knn_acc1"]) <= 100 and 0 <= float(r["offline_acc1"]) <= 100
     for r in (r for r in runs if r["comparison"] != "reference"):
         assert float(r["seconds_per_epoch"]) > 0 and float(r["peak_mem_mib"]) > 100
-        run_dir = Path(r["run_dir"])
+        run_dir = out / r["run_dir"]  # relative to the output folder
         assert (run_dir / "record.jsonl").is_file() and not (run_dir / "ckpt").exists()
         head = (run_dir / "config.yaml").read_text().splitlines()[0]
         assert head.startswith("# pretrain/cifar/") and "from attnce_plugin.configs" in head
