@@ -82,13 +82,14 @@ def budget(opts: Options, data: Data) -> Budget:
     sets = opts.hardware_sets() + list(opts.sets)
     for s in sets:
         parse_set(s)  # a bad --set fails before anything trains
+    scale = opts.crop_min_scale if opts.crop_min_scale is not None else preset.crop_min_scale
     workers = opts.num_workers
     if workers is None and opts.dataset == "fashion_mnist":
         workers = preset.num_workers  # sized for the embedded data on a small CPU
     return Budget(
         data, opts.batch_size or preset.batch_size, workers, opts.crop_size,
         opts.limit_train_batches, (opts.accelerator or "cpu") == "cpu", sets, opts.overrides,
-        opts.curve_every,
+        opts.curve_every, scale,
     )  # fmt: skip
 
 
@@ -200,6 +201,10 @@ def bench(opts: Options, command: str) -> int:
         raise BenchConfigError(
             f"--curve-every={opts.curve_every}: needs an epoch count of at least 1 and the "
             "offline probe (not --no-offline-probe)"
+        )
+    if opts.crop_min_scale is not None and not 0.0 < opts.crop_min_scale <= 1.0:
+        raise BenchConfigError(
+            f"--crop-min-scale={opts.crop_min_scale}: allowed values are in (0, 1]"
         )
     preset = PRESETS[opts.preset]
     out = Path(opts.out).resolve()

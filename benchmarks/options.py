@@ -65,6 +65,7 @@ class Options:
     train_path: Optional[str] = None
     val_path: Optional[str] = None
     crop_size: Optional[int] = None
+    crop_min_scale: Optional[float] = None
     accelerator: Optional[str] = None
     devices: Optional[str] = None
     precision: Optional[str] = None
@@ -178,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--val-path", help="validation data")
     g.add_argument("--data-format", choices=["image_folder", "h5", "dali"])
     g.add_argument("--crop-size", type=int, help="view size (and validation size, custom data)")
+    g.add_argument("--crop-min-scale", type=float,
+                   help="every crop's RandomResizedCrop minimum scale (default: the preset's)")  # fmt: skip
     g.add_argument("--backbone", help="solo-learn backbone name (default resnet18)")
     g.add_argument("--accelerator", help="cpu (default) or gpu")
     g.add_argument("--devices", help="cpu: a process count; gpu: ids such as 0,1")

@@ -27,7 +27,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 import attnce_plugin
-from benchmarks.runs import DATASETS, DISPLAY, METHODS, REFERENCE_LABELS, Run, matched_epochs
+from benchmarks.runs import (
+    DATASETS,
+    DISPLAY,
+    METHODS,
+    REFERENCE_LABELS,
+    Run,
+    crop_scale_overrides,
+    matched_epochs,
+)
 
 #: Hydra search-path entry of the shipped configs.
 CONFIG_ROOT = "pkg://attnce_plugin.configs"
@@ -67,6 +75,8 @@ class Budget:
     overrides: Sequence[str] = ()
     #: ``--curve-every N``: keep a checkpoint every N epochs and probe each (a learning curve).
     curve_every: Optional[int] = None
+    #: every crop's RandomResizedCrop minimum scale (None: the configs' own)
+    crop_min_scale: Optional[float] = None
 
 
 @dataclass
@@ -131,6 +141,8 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     crop = budget.crop_size or ds.val_size or None
     if crop:
         out.append(f"++views.crop_size={crop}")
+    if budget.crop_min_scale is not None:
+        out += crop_scale_overrides(run.method, budget.crop_min_scale)
     if budget.cpu:
         out.append("trainer=cpu")
     out += [

@@ -31,6 +31,15 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
 }
 
 
+def crop_scale_overrides(method: str, scale: float) -> List[str]:
+    """Every crop of a method at RandomResizedCrop scale range [scale, 1]. solo-learn reads one
+    ``rrc.crop_min_scale`` per augmentation pipeline: the SimCLR form has the anchors' pipeline
+    and the positives' (whose scale is ``views.positive_min_scale``), the MoCo form three."""
+    if METHODS[method][0].startswith("mocov3"):
+        return [f"++augmentations.{i}.rrc.crop_min_scale={scale}" for i in range(3)]
+    return [f"++augmentations.0.rrc.crop_min_scale={scale}", f"++views.positive_min_scale={scale}"]
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
     """A ``--dataset`` choice: the shipped config family, solo-learn's ``data.dataset``, and the
@@ -92,6 +101,8 @@ class Preset:
     description: str
     frontier_epochs: Tuple[int, ...] = (2, 4, 8)
     methods: Tuple[str, ...] = BENCH_METHODS
+    #: every crop's RandomResizedCrop minimum scale (None: the shipped configs' 0.08)
+    crop_min_scale: Optional[float] = None
 
 
 PRESETS: Dict[str, Preset] = {

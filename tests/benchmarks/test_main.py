@@ -121,5 +121,7 @@ def test_cli_errors_name_the_problem(capsys: pytest.CaptureFixture) -> None:
     assert "drop --seeds" in capsys.readouterr().err
     assert main(["--preset", "reference", "--part", "seed0-a", "--methods", "simclr"]) == 2
     assert "the parts split the reference preset's own plan" in capsys.readouterr().err
+    assert main(["--crop-min-scale", "1.5"]) == 2
+    assert "--crop-min-scale=1.5: allowed values are in (0, 1]" in capsys.readouterr().err
     assert main(["--curve-every", "0"]) == 2
     assert "--curve-every=0" in capsys.readouterr().err

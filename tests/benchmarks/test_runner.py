@@ -87,6 +87,21 @@ def test_set_values_come_last_and_only_for_their_method(tmp_path):
     assert att.overrides[-1] == "++method_kwargs.d_neg=1"
 
 
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_crop_min_scale_reaches_every_pipeline_and_nothing_else(tmp_path, method):
+    b = _budget(tmp_path)
+    b.crop_min_scale = 0.5
+    run = Run("a", method, "x", 0, 1)
+    scaled, base = prepare(run, b, tmp_path).resolved, prepare(run, _budget(tmp_path), tmp_path)
+    # what solo-learn's pipelines read: each one the base's, at scale [0.5, 1]
+    pipes = OmegaConf.to_container(base.resolved.augmentations)
+    for p in pipes:
+        p["rrc"]["crop_min_scale"] = 0.5
+    assert OmegaConf.to_container(scaled.augmentations) == pipes
+    changed = {k for k, v in _flat(scaled).items() if _flat(base.resolved).get(k) != v}
+    assert changed <= {"augmentations", "views.positive_min_scale"}
+
+
 @pytest.mark.parametrize("text", ["no_equals", "=1", "byol:optimizer.lr=1"])
 def test_bad_set_is_refused(text):
     with pytest.raises(BenchConfigError, match="--set"):
