@@ -32,12 +32,18 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
 
 
 def crop_scale_overrides(method: str, scale: float) -> List[str]:
-    """Every crop of a method at RandomResizedCrop scale range [scale, 1]. solo-learn reads one
-    ``rrc.crop_min_scale`` per augmentation pipeline: the SimCLR form has the anchors' pipeline
-    and the positives' (whose scale is ``views.positive_min_scale``), the MoCo form three."""
+    """A method's full-size crops at RandomResizedCrop scale range [scale, 1]. solo-learn reads
+    one ``rrc.crop_min_scale`` per augmentation pipeline: the SimCLR form has the anchors' pipeline
+    and the positives' (whose scale is ``views.positive_min_scale``), the MoCo form three. The
+    multicrop positives keep their own range, whose maximum is below 1 (small crops)."""
     if METHODS[method][0].startswith("mocov3"):
         return [f"++augmentations.{i}.rrc.crop_min_scale={scale}" for i in range(3)]
-    return [f"++augmentations.0.rrc.crop_min_scale={scale}", f"++views.positive_min_scale={scale}"]
+    anchors = [f"++augmentations.0.rrc.crop_min_scale={scale}"]
+    return (
+        anchors
+        if method == "attentionnce_multicrop"
+        else anchors + [f"++views.positive_min_scale={scale}"]
+    )
 
 
 @dataclass(frozen=True)

@@ -93,10 +93,12 @@ def test_crop_min_scale_reaches_every_pipeline_and_nothing_else(tmp_path, method
     b.crop_min_scale = 0.5
     run = Run("a", method, "x", 0, 1)
     scaled, base = prepare(run, b, tmp_path).resolved, prepare(run, _budget(tmp_path), tmp_path)
-    # what solo-learn's pipelines read: each one the base's, at scale [0.5, 1]
+    # what solo-learn's pipelines read: each full-size one the base's, at scale [0.5, 1]; the
+    # multicrop positives (small crops, their max scale below 1) unchanged
     pipes = OmegaConf.to_container(base.resolved.augmentations)
     for p in pipes:
-        p["rrc"]["crop_min_scale"] = 0.5
+        if p["rrc"]["crop_max_scale"] == 1.0:
+            p["rrc"]["crop_min_scale"] = 0.5
     assert OmegaConf.to_container(scaled.augmentations) == pipes
     changed = {k for k, v in _flat(scaled).items() if _flat(base.resolved).get(k) != v}
     assert changed <= {"augmentations", "views.positive_min_scale"}
