@@ -79,7 +79,7 @@ def prepare_data(opts: Options, out: Path, classes: Optional[Sequence[int]] = No
 def budget(opts: Options, data: Data) -> Budget:
     """What every run shares, from the options and the preset."""
     preset = PRESETS[opts.preset]
-    sets = opts.hardware_sets() + list(opts.sets)
+    sets = opts.hardware_sets() + list(preset.sets) + list(opts.sets)
     for s in sets:
         parse_set(s)  # a bad --set fails before anything trains
     scale = opts.crop_min_scale if opts.crop_min_scale is not None else preset.crop_min_scale

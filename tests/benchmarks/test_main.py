@@ -16,9 +16,11 @@ import pytest
 from helpers.scripts import REPO_ROOT, subprocess_env
 
 from attnce_plugin.solo_compat import require_solo
-from benchmarks.__main__ import main
+from benchmarks.__main__ import budget, main
 from benchmarks.data import fashion_mnist_dir
-from benchmarks.runner import read_record
+from benchmarks.options import parse
+from benchmarks.runner import Data, prepare, read_record
+from benchmarks.runs import Run
 
 pytestmark = pytest.mark.integration  # trains through solo-learn
 
@@ -125,3 +127,14 @@ def test_cli_errors_name_the_problem(capsys: pytest.CaptureFixture) -> None:
     assert "--crop-min-scale=1.5: allowed values are in (0, 1]" in capsys.readouterr().err
     assert main(["--curve-every", "0"]) == 2
     assert "--curve-every=0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["attentionnce", "mocov3"])
+def test_the_reference_preset_trains_its_recipe_and_the_command_line_wins(tmp_path, method):
+    data = Data("fashion_mnist", str(tmp_path / "train"), str(tmp_path / "val"), "")
+    run = Run("a", method, "x", 0, 1)
+    cfg = prepare(run, budget(parse(["--preset", "reference"]), data), tmp_path).resolved
+    assert cfg.method_kwargs.temperature == 0.2
+    assert {p.rrc.crop_min_scale for p in cfg.augmentations} == {0.5}
+    mine = budget(parse(["--preset", "reference", "--set", "method_kwargs.temperature=0.3"]), data)
+    assert prepare(run, mine, tmp_path).resolved.method_kwargs.temperature == 0.3
