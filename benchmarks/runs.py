@@ -109,7 +109,7 @@ class Preset:
     methods: Tuple[str, ...] = BENCH_METHODS
     #: every crop's RandomResizedCrop minimum scale (None: the shipped configs' 0.08)
     crop_min_scale: Optional[float] = None
-    #: ``--set`` values of the preset, before the command line's (which win)
+    #: ``--set`` values of the preset: after each run's own settings, before the command line's
     sets: Tuple[str, ...] = ()
 
 

@@ -129,7 +129,7 @@ def test_cli_errors_name_the_problem(capsys: pytest.CaptureFixture) -> None:
     assert "--curve-every=0" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("method", ["attentionnce", "mocov3"])
+@pytest.mark.parametrize("method", ["simclr", "attentionnce", "mocov3"])
 def test_the_reference_preset_trains_its_recipe_and_the_command_line_wins(tmp_path, method):
     data = Data("fashion_mnist", str(tmp_path / "train"), str(tmp_path / "val"), "")
     run = Run("a", method, "x", 0, 1)
