@@ -40,6 +40,7 @@ from benchmarks.runner import (
     check_curve_epochs,
     compose,
     config_name,
+    cpu_name,
     execute,
     load_result,
     parse_set,
@@ -102,15 +103,7 @@ def machine() -> str:
     """The CPU, GPU and package versions, for a report's header."""
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(
-            ln.split(":", 1)[1].strip()
-            for ln in Path("/proc/cpuinfo").read_text().splitlines()
-            if ln.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     packages = []
     for name in ("solo-learn", "lightning", "torchmetrics", "hydra-core"):

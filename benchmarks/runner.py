@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -22,7 +23,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -110,6 +111,21 @@ class Result:
     #: With ``--curve-every``: one point per kept checkpoint, ``{"epochs", "train_seconds",
     #: "offline_acc1", "offline_knn_acc1"}``, in epoch order.
     curve: List[Dict[str, float]] = field(default_factory=list)
+    #: The CPU it trained on (:func:`cpu_name`): seconds per epoch compare only on one CPU.
+    #: Empty in records written before the field existed.
+    cpu: str = ""
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
+    try:
+        return next(
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def parse_set(text: str) -> tuple:
@@ -360,7 +376,7 @@ def launch(prep: Prepared, on_epoch: Optional[Callable[[Dict[str, Any]], None]] 
     prep.write()
     result = Result(
         run.key, run.label, run.method, run.comparison, run.seed, run.epochs, run.matched_to,
-        settings=list(run.settings), run_dir=str(prep.run_dir),
+        settings=list(run.settings), run_dir=str(prep.run_dir), cpu=cpu_name(),
     )  # fmt: skip
     env = dict(os.environ, PYTHONWARNINGS=os.environ.get("PYTHONWARNINGS", "ignore"))
     # The run's cwd is its folder: make this checkout's packages the ones imported there.
@@ -535,12 +551,15 @@ def execute(
             n = _matched(run, results, matched, min(r.seed for r in runs))
             if n is None and only is not None and run.key not in only:
                 continue  # another part's run, not yet timed: nothing to show
-            if n is None:
+            if not isinstance(n, int):
+                why = n or (
+                    f"no timing of '{run.matched_to}' or of its baseline on the first seed (not "
+                    "run yet, or failed): the equal-time epochs are unknown"
+                )
                 results.append(
                     Result(
                         run.key, run.label, run.method, run.comparison, run.seed, 0,
-                        run.matched_to, "skipped", f"no timing of '{run.matched_to}' or of its "
-                        "baseline on the first seed (not run yet, or failed): the equal-time epochs are unknown",
+                        run.matched_to, "skipped", why,
                     )
                 )  # fmt: skip
                 continue
@@ -613,7 +632,9 @@ def execute(
 
 def _matched(
     run: Run, results: Sequence[Result], cache: Dict[str, int], first_seed: int
-) -> Optional[int]:
+) -> Optional[Union[int, str]]:
+    """An equal-time run's epochs; None while a timing is missing; why not, when its two
+    timings come from different CPUs (a ratio of seconds across machines is not a time match)."""
     if run.label not in cache:
 
         def per_epoch(label: str) -> Optional[Result]:
@@ -630,6 +651,12 @@ def _matched(
         base, target = per_epoch(DISPLAY[run.method]), per_epoch(run.matched_to or "")
         if base is None or target is None:
             return None
+        if base.cpu and target.cpu and base.cpu != target.cpu:
+            return (
+                f"'{base.label}' trained on {base.cpu!r} and '{target.label}' on "
+                f"{target.cpu!r}: their seconds do not compare, so the equal-time epochs are "
+                "unknown (train both on one CPU)"
+            )
         cache[run.label] = matched_epochs(
             base.epochs, base.seconds_per_epoch, target.seconds_per_epoch
         )

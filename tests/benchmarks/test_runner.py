@@ -16,6 +16,7 @@ from benchmarks.runner import (
     Budget,
     Data,
     Result,
+    _matched,
     _Tail,
     check_curve_epochs,
     epochs_at,
@@ -219,3 +220,34 @@ def test_curve_epochs_must_end_on_a_saved_checkpoint():
     )
     with pytest.raises(BenchConfigError, match=r"epochs \[20\] would end between two \(e.g. 11"):
         check_curve_epochs([Run("a", "simclr", "x", 0, 20)], 10)
+
+
+@pytest.mark.parametrize("cpus, expected", [(("A", "A"), 44), (("", "B"), 44), (("A", "B"), None)])
+def test_equal_time_epochs_come_only_from_timings_on_one_cpu(cpus, expected):
+    # MoCo v3 at 10 s per epoch against the MoCo form at 15 s: 29 x 15 / 10 = 43.5 -> 44 epochs.
+    # An empty cpu is a record from before the field: its seconds are trusted, as they were.
+    def timed(label: str, method: str, seconds: float, cpu: str) -> Result:
+        return Result(
+            label, label, method, "equal-epoch", 0, 29, seconds_per_epoch=seconds, cpu=cpu
+        )
+
+    done = [timed("MoCo v3", "mocov3", 10.0, cpus[0])]
+    done.append(timed("MoCo v3 + AttentionNCE (M=4)", "mocov3_attentionnce", 15.0, cpus[1]))
+    run = Run("t", "mocov3", "equal-time", 0, 0, matched_to="MoCo v3 + AttentionNCE (M=4)")
+    got = _matched(run, done, {}, 0)
+    if expected is None:
+        assert got == (
+            "'MoCo v3' trained on 'A' and 'MoCo v3 + AttentionNCE (M=4)' on 'B': their seconds do "
+            "not compare, so the equal-time epochs are unknown (train both on one CPU)"
+        )
+    else:
+        assert got == expected
+
+
+def test_a_record_keeps_its_cpu_and_an_older_one_has_none(tmp_path):
+    save_result(Result("k", "a", "simclr", "x", 0, 1, run_dir=str(tmp_path), cpu="AMD EPYC"), "d")
+    assert load_result(tmp_path, "d").cpu == "AMD EPYC"
+    data = json.loads((tmp_path / "result.json").read_text())
+    del data["cpu"]  # a record written before the field
+    (tmp_path / "result.json").write_text(json.dumps(data))
+    assert load_result(tmp_path, "d").cpu == ""
