@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from benchmarks.options import Options, parse
-from benchmarks.report import bench_markdown, get, table, verdicts_markdown, write_outputs
+from benchmarks.report import (
+    bench_markdown,
+    get,
+    table,
+    trained_on,
+    verdicts_markdown,
+    write_outputs,
+)
 from benchmarks.runner import (
     BenchConfigError,
     Budget,
@@ -156,6 +163,7 @@ def train_and_report(
         f"command: `{command}`, {datetime.datetime.now():%Y-%m-%d %H:%M}, "
         f"{(time.perf_counter() - started) / 60:.1f} min",
         f"machine: {machine()}",
+        f"trained on: {trained_on(results) or 'no trained run'}",
         f"data: {data.note}",
         f"budget: batch {b.batch_size}, seeds {', '.join(map(str, seeds))}; each run is a shipped "
         "config plus the overrides below (its config.yaml and command.sh are in runs/)",

@@ -141,6 +141,19 @@ def get(result: Any, name: str) -> Any:
     return result.get(name) if isinstance(result, dict) else getattr(result, name, None)
 
 
+def trained_on(results: Iterable[Any]) -> str:
+    """Each CPU the trained rows ran on, with its rows: parts run on different machines add up
+    to one table, and their seconds compare only within one CPU."""
+    rows: Dict[str, List[str]] = {}
+    for r in results:
+        if get(r, "status") == "ok" and get(r, "comparison") != "reference":
+            labels = rows.setdefault(get(r, "cpu") or "not recorded", [])
+            label = f"{get(r, 'label')} ({get(r, 'comparison')})"
+            if label not in labels:
+                labels.append(label)
+    return "; ".join(f"{cpu}: {', '.join(labels)}" for cpu, labels in rows.items())
+
+
 def aggregate(results: Iterable[Any]) -> List[Row]:
     """Results grouped by (comparison, label) in first-seen order, with mean ± std over the
     successful seeds of every metric, ``seconds_per_epoch``, ``train_seconds``; peak memory is the

@@ -17,9 +17,11 @@ from benchmarks.report import (
     fmt,
     mean_std,
     table,
+    trained_on,
     verdict,
     verdicts_markdown,
 )
+from benchmarks.runner import Result
 
 
 def test_table() -> None:
@@ -161,3 +163,18 @@ def test_the_four_verdicts_apply_the_noise_rule_to_both_probes() -> None:
         "AttentionNCE): offline linear +4.0, clear; offline kNN -1.0, not clear (seeds 0,1 / 0,1)."
     ) in md
     assert "- Is the attention itself responsible? Not run yet ('AttentionNCE, attention off" in md
+
+
+def test_trained_on_names_each_cpu_with_its_rows():
+    done = [
+        Result("a", "SimCLR", "simclr", "equal-epoch", 0, 29, cpu="AMD EPYC"),
+        Result("b", "SimCLR", "simclr", "equal-epoch", 1, 29, cpu="AMD EPYC"),
+        {"label": "MoCo v3", "comparison": "equal-epoch", "status": "ok", "cpu": "Xeon"},
+        Result("c", "SimCLR (time of X)", "simclr", "equal-time", 0, 82),  # before the field
+        Result("d", "failed", "simclr", "equal-epoch", 0, 29, status="failed", cpu="Xeon"),
+        Result("e", "random init", "random", "reference", 0, 0, cpu="Xeon"),
+    ]
+    assert trained_on(done) == (
+        "AMD EPYC: SimCLR (equal-epoch); Xeon: MoCo v3 (equal-epoch); "
+        "not recorded: SimCLR (time of X) (equal-time)"
+    )
