@@ -111,8 +111,9 @@ class Result:
     #: With ``--curve-every``: one point per kept checkpoint, ``{"epochs", "train_seconds",
     #: "offline_acc1", "offline_knn_acc1"}``, in epoch order.
     curve: List[Dict[str, float]] = field(default_factory=list)
-    #: The CPU it trained on (:func:`cpu_name`): seconds per epoch compare only on one CPU.
-    #: Empty in records written before the field existed.
+    #: The processor it trained on (:func:`processor_name`): the CPU's model name, or the GPU's
+    #: on an accelerator. Seconds per epoch compare only on one processor. Empty in records
+    #: written before the field existed.
     cpu: str = ""
 
 
@@ -126,6 +127,17 @@ def cpu_name() -> str:
         )
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
+
+
+def processor_name(resolved: DictConfig) -> str:
+    """What a run's seconds were measured on: the GPU's name when its config trains on one, else
+    :func:`cpu_name` (which, off x86 Linux, may only name the architecture)."""
+    if str(resolved.get("accelerator", "cpu")) in ("gpu", "cuda", "auto"):
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    return cpu_name()
 
 
 def parse_set(text: str) -> tuple:
@@ -376,7 +388,8 @@ def launch(prep: Prepared, on_epoch: Optional[Callable[[Dict[str, Any]], None]] 
     prep.write()
     result = Result(
         run.key, run.label, run.method, run.comparison, run.seed, run.epochs, run.matched_to,
-        settings=list(run.settings), run_dir=str(prep.run_dir), cpu=cpu_name(),
+        settings=list(run.settings), run_dir=str(prep.run_dir),
+        cpu=processor_name(prep.resolved),
     )  # fmt: skip
     env = dict(os.environ, PYTHONWARNINGS=os.environ.get("PYTHONWARNINGS", "ignore"))
     # The run's cwd is its folder: make this checkout's packages the ones imported there.
@@ -549,8 +562,8 @@ def execute(
             bar.update(0 if i == 0 else 1)
         if run.epochs == 0:
             n = _matched(run, results, matched, min(r.seed for r in runs))
-            if n is None and only is not None and run.key not in only:
-                continue  # another part's run, not yet timed: nothing to show
+            if not isinstance(n, int) and only is not None and run.key not in only:
+                continue  # another part's run, not timed (or not timeable) here: nothing to show
             if not isinstance(n, int):
                 why = n or (
                     f"no timing of '{run.matched_to}' or of its baseline on the first seed (not "
@@ -633,8 +646,9 @@ def execute(
 def _matched(
     run: Run, results: Sequence[Result], cache: Dict[str, int], first_seed: int
 ) -> Optional[Union[int, str]]:
-    """An equal-time run's epochs; None while a timing is missing; why not, when its two
-    timings come from different CPUs (a ratio of seconds across machines is not a time match)."""
+    """An equal-time run's epochs (int); None while a timing is missing; the reason (str) when
+    the two timings come from different processors, since a ratio of seconds across machines is
+    not a time match. An empty ``cpu`` (a record older than the field) counts as a match."""
     if run.label not in cache:
 
         def per_epoch(label: str) -> Optional[Result]:

@@ -19,10 +19,13 @@ from benchmarks.runner import (
     _matched,
     _Tail,
     check_curve_epochs,
+    cpu_name,
     epochs_at,
+    execute,
     load_result,
     parse_set,
     prepare,
+    processor_name,
     read_record,
     save_result,
 )
@@ -251,3 +254,34 @@ def test_a_record_keeps_its_cpu_and_an_older_one_has_none(tmp_path):
     del data["cpu"]  # a record written before the field
     (tmp_path / "result.json").write_text(json.dumps(data))
     assert load_result(tmp_path, "d").cpu == ""
+
+
+def test_a_part_leaves_out_another_parts_row_that_cannot_be_time_matched(tmp_path):
+    # MoCo v3 and the MoCo form timed on two CPUs: the part that owns the equal-time row shows
+    # why it cannot run; any other part leaves that row out instead of failing over it.
+    form = "MoCo v3 + AttentionNCE (M=4)"
+    timed = [Run("MoCo v3", "mocov3", "equal-epoch", 0, 2), Run(form, "mocov3_attentionnce",
+             "equal-epoch", 0, 2, settings=("++views.num_positives=4",))]  # fmt: skip
+    budget = _budget(tmp_path)
+    for run, cpu in zip(timed, ("A", "B")):
+        prep = prepare(run, budget, tmp_path)
+        prep.run_dir.mkdir(parents=True)
+        done = Result(run.key, run.label, run.method, run.comparison, 0, 2,
+                      seconds_per_epoch=1.0, run_dir=str(prep.run_dir), cpu=cpu)  # fmt: skip
+        save_result(done, prep.digest)
+    late = Run("MoCo v3 (time of it)", "mocov3", "equal-time", 0, 0, matched_to=form)
+    runs = [*timed, late]
+    others = execute(runs, budget, tmp_path, only={"elsewhere/seed0"})
+    assert [(r.label, r.cpu) for r in others] == [("MoCo v3", "A"), (form, "B")]
+    (own,) = [r for r in execute(runs, budget, tmp_path, only={late.key}) if r.label == late.label]
+    assert own.status == "skipped" and "their seconds do not compare" in own.error
+
+
+def test_a_gpu_run_records_the_gpu_it_timed(monkeypatch):
+    import torch
+
+    assert processor_name(OmegaConf.create({"accelerator": "cpu"})) == cpu_name()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
+    assert processor_name(OmegaConf.create({"accelerator": "gpu"})) == "NVIDIA H200"
+    assert processor_name(OmegaConf.create({"accelerator": "cpu"})) == cpu_name()
