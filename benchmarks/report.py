@@ -411,7 +411,14 @@ def verdicts_markdown(results: Sequence[Any]) -> str:
         missing = [f"'{x}'" for x in (a, b) if x not in rows]
         if missing:
             verb = "has" if len(missing) == 1 else "have"
-            lines.append(f"- {question} Not run yet ({' and '.join(missing)} {verb} no record).")
+            # A row skipped for a reason (timings on two CPUs) says it, not just "no record".
+            why = next((get(r, "error").strip().splitlines()[-1] for r in results
+                        if get(r, "label") in (a, b) and get(r, "status") != "ok"
+                        and get(r, "error")), "")  # fmt: skip
+            why = f": {why.rstrip('.')}" if why else ""
+            lines.append(
+                f"- {question} Not run yet ({' and '.join(missing)} {verb} no record{why})."
+            )
             continue
         gaps = [f"{name} {verdict(rows[a].stats[m], rows[b].stats[m])}"
                 for m, name in zip(PROBES, ("offline linear", "offline kNN"))]  # fmt: skip

@@ -569,12 +569,7 @@ def execute(
                     f"no timing of '{run.matched_to}' or of its baseline on the first seed (not "
                     "run yet, or failed): the equal-time epochs are unknown"
                 )
-                results.append(
-                    Result(
-                        run.key, run.label, run.method, run.comparison, run.seed, 0,
-                        run.matched_to, "skipped", why,
-                    )
-                )  # fmt: skip
+                results.append(_skipped(run, why))
                 continue
             run = run.with_epochs(n)
         prep = prepared.get(run.key) or prepare(run, budget, out)
@@ -641,6 +636,26 @@ def execute(
         bar.update(1)
         bar.close()
     return results
+
+
+def _skipped(run: Run, why: str) -> Result:
+    return Result(
+        run.key, run.label, run.method, run.comparison, run.seed, 0, run.matched_to, "skipped", why
+    )
+
+
+def unmatchable(runs: Sequence[Run], results: Sequence[Result]) -> List[Result]:
+    """The equal-time runs with no record whose two timings come from different processors, as
+    'skipped' results with that reason: what ``--part`` says of them, for ``--report-only``."""
+    have = {r.key for r in results}
+    first_seed = min((r.seed for r in runs), default=0)
+    skipped = []
+    for run in runs:
+        if run.epochs == 0 and run.key not in have:
+            why = _matched(run, results, {}, first_seed)
+            if isinstance(why, str):
+                skipped.append(_skipped(run, why))
+    return skipped
 
 
 def _matched(

@@ -138,3 +138,21 @@ def test_the_reference_preset_trains_its_recipe_and_the_command_line_wins(tmp_pa
     assert {p.rrc.crop_min_scale for p in cfg.augmentations} == {0.5}
     mine = budget(parse(["--preset", "reference", "--set", "method_kwargs.temperature=0.3"]), data)
     assert prepare(run, mine, tmp_path).resolved.method_kwargs.temperature == 0.3
+
+
+def test_report_only_explains_an_equal_time_row_it_cannot_match(tmp_path) -> None:
+    # Committed reference records of MoCo v3 and the MoCo form, set to two CPUs: the rebuild
+    # says why the equal-time MoCo v3 row cannot be time-matched, and does not fail over it.
+    out, committed = tmp_path / "reference", REPO_ROOT / "benchmarks/results/reference/runs"
+    for row, cpu in (("MoCo-v3", "CPU A"), ("MoCo-v3-AttentionNCE-M-4", "CPU B")):
+        shutil.copytree(committed / "equal-epoch" / row, out / "runs/equal-epoch" / row)
+        path = out / "runs/equal-epoch" / row / "seed0/result.json"
+        path.write_text(json.dumps(dict(json.loads(path.read_text()), cpu=cpu)))
+    cmd = [sys.executable, "-m", "benchmarks", "--preset", "reference", "--report-only"]
+    proc = subprocess.run([*cmd, "--out", str(out)], cwd=REPO_ROOT, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    md = (out / "results.md").read_text()
+    assert "| MoCo v3 + AttentionNCE (M=4) | 29 | 0 |" in md
+    verdict = next(ln for ln in md.splitlines() if ln.startswith("- Does the MoCo form beat"))
+    assert "'MoCo v3' trained on 'CPU A'" in verdict and "on 'CPU B'" in verdict

@@ -163,6 +163,11 @@ def test_the_four_verdicts_apply_the_noise_rule_to_both_probes() -> None:
         "AttentionNCE): offline linear +4.0, clear; offline kNN -1.0, not clear (seeds 0,1 / 0,1)."
     ) in md
     assert "- Is the attention itself responsible? Not run yet ('AttentionNCE, attention off" in md
+    skipped = {"label": "MoCo v3 (time of MoCo v3 + AttentionNCE)", "comparison": "equal-time",
+               "seed": 0, "status": "skipped", "epochs": 0, "error": "timed on two CPUs"}  # fmt: skip
+    assert "(time of MoCo v3 + AttentionNCE)' have no record: timed on two CPUs)." in (
+        verdicts_markdown([*results, skipped])
+    )
 
 
 def test_trained_on_names_each_cpu_with_its_rows():

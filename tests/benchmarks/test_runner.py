@@ -28,6 +28,7 @@ from benchmarks.runner import (
     processor_name,
     read_record,
     save_result,
+    unmatchable,
 )
 from benchmarks.runs import METHODS, Run
 
@@ -285,3 +286,20 @@ def test_a_gpu_run_records_the_gpu_it_timed(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
     assert processor_name(OmegaConf.create({"accelerator": "gpu"})) == "NVIDIA H200"
     assert processor_name(OmegaConf.create({"accelerator": "cpu"})) == cpu_name()
+
+
+@pytest.mark.parametrize("cpus, skipped", [(("A", "A"), False), (("A", "B"), True)])
+def test_report_only_says_why_an_equal_time_row_cannot_run(cpus, skipped):
+    # --report-only trains nothing, so it must find the CPU mismatch in the records themselves.
+    form = "MoCo v3 + AttentionNCE (M=4)"
+    done = [
+        Result(label, label, method, "equal-epoch", 0, 29, seconds_per_epoch=sec, cpu=cpu)
+        for label, method, sec, cpu in zip(
+            ("MoCo v3", form), ("mocov3", "mocov3_attentionnce"), (9.0, 13.5), cpus
+        )
+    ]
+    late = [Run("MoCo v3 (time)", "mocov3", "equal-time", s, 0, matched_to=form) for s in (0, 1)]
+    got = unmatchable([Run("MoCo v3", "mocov3", "equal-epoch", 0, 29), *late], done)
+    want = [(r.key, "skipped") for r in late] if skipped else []
+    assert [(r.key, r.status) for r in got] == want
+    assert all("their seconds do not compare" in r.error for r in got)
