@@ -151,7 +151,7 @@ def train_and_report(
         results.sort(
             key=lambda r: order.get(r.key if isinstance(r, Result) else r["key"], len(order))
         )
-        results += unmatchable(runs, [r for r in results if isinstance(r, Result)])
+        results += unmatchable(runs, results)
     else:
         results = execute(
             runs, b, out, opts.offline_probe, opts.fresh, opts.dry_run, opts.keep_checkpoints,

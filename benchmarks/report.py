@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -134,6 +134,8 @@ class Row:
     stats: Dict[str, MeanStd]
     matched_to: Optional[str] = None
     run_dir: str = ""
+    #: Seeds not run for a stated reason (an equal-time row whose timings are on two CPUs).
+    skipped: List[int] = field(default_factory=list)
 
 
 def get(result: Any, name: str) -> Any:
@@ -173,9 +175,10 @@ def aggregate(results: Iterable[Any]) -> List[Row]:
         rows.append(
             Row(
                 comparison, label, [int(get(r, "seed")) for r in ok],
-                [int(get(r, "seed")) for r in runs if get(r, "status") != "ok"],
+                [int(get(r, "seed")) for r in runs if get(r, "status") not in ("ok", "skipped")],
                 sorted({int(get(r, "epochs")) for r in ok}), stats,
                 get(runs[0], "matched_to"), next((get(r, "run_dir") for r in ok), ""),
+                [int(get(r, "seed")) for r in runs if get(r, "status") == "skipped"],
             )
         )  # fmt: skip
     return rows
@@ -192,8 +195,9 @@ def rows_table(rows: Sequence[Row], columns: Sequence[Tuple[str, str]] = METRICS
     body = []
     for r in rows:
         seeds = ",".join(map(str, r.seeds)) or "-"
-        if r.failed:
-            seeds += f" (failed: {','.join(map(str, r.failed))})"
+        for word, which in (("failed", r.failed), ("skipped", r.skipped)):
+            if which:
+                seeds += f" ({word}: {','.join(map(str, which))})"
         body.append(
             [r.label, ",".join(map(str, r.epochs)) or "-", seeds]
             + [fmt(r.stats[a], 2 if a == "offline_uniformity" else 1) for a, _ in columns]
@@ -413,8 +417,8 @@ def verdicts_markdown(results: Sequence[Any]) -> str:
             verb = "has" if len(missing) == 1 else "have"
             # A row skipped for a reason (timings on two CPUs) says it, not just "no record".
             why = next((get(r, "error").strip().splitlines()[-1] for r in results
-                        if get(r, "label") in (a, b) and get(r, "status") != "ok"
-                        and get(r, "error")), "")  # fmt: skip
+                        if f"'{get(r, 'label')}'" in missing and get(r, "status") == "skipped"
+                        and (get(r, "error") or "").strip()), "")  # fmt: skip
             why = f": {why.rstrip('.')}" if why else ""
             lines.append(
                 f"- {question} Not run yet ({' and '.join(missing)} {verb} no record{why})."
@@ -493,7 +497,7 @@ def write_outputs(results: Sequence[Any], markdown: str, out: Path, title: str) 
         for r in aggregate(results):
             w.writerow(
                 [r.comparison, r.label, " ".join(map(str, r.epochs)), " ".join(map(str, r.seeds)),
-                 " ".join(map(str, r.failed))]
+                 " ".join(map(str, sorted(r.failed + r.skipped)))]
                 + ["" if v is None else f"{v:.4f}" for a in names for v in r.stats[a]]
                 + [r.stats["peak_mem_mib"][0] or ""]
             )  # fmt: skip

@@ -644,15 +644,16 @@ def _skipped(run: Run, why: str) -> Result:
     )
 
 
-def unmatchable(runs: Sequence[Run], results: Sequence[Result]) -> List[Result]:
+def unmatchable(runs: Sequence[Run], results: Sequence[Any]) -> List[Result]:
     """The equal-time runs with no record whose two timings come from different processors, as
     'skipped' results with that reason: what ``--part`` says of them, for ``--report-only``."""
-    have = {r.key for r in results}
+    have = {r.key if isinstance(r, Result) else r["key"] for r in results}  # failed ones too
+    timed = [r for r in results if isinstance(r, Result)]  # a failed record loads as a dict
     first_seed = min((r.seed for r in runs), default=0)
     skipped = []
     for run in runs:
         if run.epochs == 0 and run.key not in have:
-            why = _matched(run, results, {}, first_seed)
+            why = _matched(run, timed, {}, first_seed)
             if isinstance(why, str):
                 skipped.append(_skipped(run, why))
     return skipped

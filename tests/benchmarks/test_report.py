@@ -165,9 +165,13 @@ def test_the_four_verdicts_apply_the_noise_rule_to_both_probes() -> None:
     assert "- Is the attention itself responsible? Not run yet ('AttentionNCE, attention off" in md
     skipped = {"label": "MoCo v3 (time of MoCo v3 + AttentionNCE)", "comparison": "equal-time",
                "seed": 0, "status": "skipped", "epochs": 0, "error": "timed on two CPUs"}  # fmt: skip
-    assert "(time of MoCo v3 + AttentionNCE)' have no record: timed on two CPUs)." in (
-        verdicts_markdown([*results, skipped])
-    )
+    failed = dict(r("AttentionNCE (M=4)", 2, None, None), status="failed", error="Traceback")
+    md = verdicts_markdown([*results, skipped, failed])
+    assert "(time of MoCo v3 + AttentionNCE)' have no record: timed on two CPUs)." in md
+    # A present row's failed seed does not become the reason another row is missing.
+    assert "('AttentionNCE, attention off (M=4)' has no record)." in md
+    table = bench_markdown([*results, skipped], ["command: `x`"])
+    assert "| MoCo v3 (time of MoCo v3 + AttentionNCE) | - | - (skipped: 0) |" in table
 
 
 def test_trained_on_names_each_cpu_with_its_rows():

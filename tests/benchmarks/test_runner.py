@@ -303,3 +303,6 @@ def test_report_only_says_why_an_equal_time_row_cannot_run(cpus, skipped):
     want = [(r.key, "skipped") for r in late] if skipped else []
     assert [(r.key, r.status) for r in got] == want
     assert all("their seconds do not compare" in r.error for r in got)
+    # A run that has a record (a failed one loads as a dict) is not listed again.
+    again = unmatchable(late, [*done, {"key": late[0].key, "status": "failed"}])
+    assert [r.key for r in again] == ([late[1].key] if skipped else [])
