@@ -72,7 +72,9 @@ run() {
   local small_loss=() small_step=() precisions=(16-mixed bf16-mixed)
   if [ "$dev" = cpu ]; then  # 16-mixed is CUDA's (fp16 autocast + GradScaler)
     small_loss=(--batches 32 128 --views 1 4 --repeats 3)
-    small_step=(--size 32 --batch-size 8 --steps 3 --warmup 1 --small-heads)
+    # two of the four methods: the CPU run checks the commands, the GPU run times every method
+    small_step=(--size 32 --batch-size 8 --steps 3 --warmup 1 --small-heads
+      --methods simclr attentionnce)
     precisions=(32 bf16-mixed)
   fi
   local deadline=$((SECONDS + ${GPUCHECK_DEADLINE:-540})) failed=0

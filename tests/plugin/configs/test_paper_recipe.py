@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import pytest
 import torch
@@ -65,9 +65,23 @@ def _pretrain(family: str, name: str, data: Dict[str, Path], cwd: Path) -> Path:
     return ckpt
 
 
+@pytest.fixture(scope="module")
+def pretrained(tiny_image_folder, tmp_path_factory) -> Callable[[str, str], Path]:
+    """Each paper config pretrained once: the linear test evaluates the checkpoint checked here."""
+    done: Dict[Tuple[str, str], Path] = {}
+
+    def get(family: str, name: str) -> Path:
+        if (family, name) not in done:
+            cwd = tmp_path_factory.mktemp(f"{family}-{name}")
+            done[(family, name)] = _pretrain(family, name, tiny_image_folder, cwd)
+        return done[(family, name)]
+
+    return get
+
+
 @pytest.mark.parametrize("family,name", sorted(PAPER))
-def test_paper_config_trains_with_the_authors_recipe(family, name, tiny_image_folder, tmp_path):
-    ckpt = _pretrain(family, name, tiny_image_folder, tmp_path)
+def test_paper_config_trains_with_the_authors_recipe(family, name, pretrained):
+    ckpt = pretrained(family, name)
     args = json.loads((ckpt.parent / "args.json").read_text())
     d_pos, d_neg, m = PAPER[(family, name)]
     # Optimizer: Adam, lr 1e-3 at batch 256 (solo scales it: 4 images -> 1e-3 * 4 / 256),
@@ -98,10 +112,10 @@ def test_paper_config_trains_with_the_authors_recipe(family, name, tiny_image_fo
     assert state["projector.3.weight"].shape == (128, 512) and "projector.3.bias" in state
 
 
-def test_paper_linear_config_evaluates_a_paper_checkpoint(tiny_image_folder, tmp_path):
+def test_paper_linear_config_evaluates_a_paper_checkpoint(pretrained, tiny_image_folder, tmp_path):
     """main_linear.py with linear/stl10/attentionnce_paper.yaml: the Hydra callback registers
     cifar_resnet50 in that process too, and the checkpoint's backbone loads into it."""
-    ckpt = _pretrain("stl10", "attentionnce_paper", tiny_image_folder, tmp_path / "pre")
+    ckpt = pretrained("stl10", "attentionnce_paper")
     argv: List[str] = [
         str(solo_checkout_dir() / "main_linear.py"),
         "--config-path",
