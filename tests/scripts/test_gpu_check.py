@@ -1,7 +1,7 @@
 """scripts/gpu_check.sh: ``prepare`` builds the bundle, ``run --cpu`` runs every command of the GPU
 check on this CPU (the marked tests narrowed to one, as they already run in this suite; the step
-cost of two methods) and leaves its tables under $OUT; without the bundle ``run`` stops at once, saying what to run.
-"""
+cost of two methods) and leaves its tables under $OUT; without the bundle ``run`` stops at once,
+saying what to run."""
 
 from __future__ import annotations
 
