@@ -234,16 +234,6 @@ def test_checkpoint_loads_to_the_arranged_map_location(cifar_run):
     assert model.cfg.method_kwargs.compile is True
 
 
-#: The CPU smoke run's trainer overrides (helpers.configs.pretrain_argv).
-CPU_TRAINER = (
-    "accelerator=cpu",
-    "precision=32",
-    "strategy=auto",
-    "sync_batchnorm=False",
-    'devices="1"',
-)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
 def test_pretrain_at_mixed_precision(precision, device, tiny_image_folder, tmp_path):
@@ -254,12 +244,9 @@ def test_pretrain_at_mixed_precision(precision, device, tiny_image_folder, tmp_p
         pytest.skip("16-mixed is fp16 autocast with a GradScaler, CUDA's; `--device cuda` runs it")
     ckpt_dir = tmp_path / "ckpt"
     argv = pretrain_argv("cifar", "attentionnce.yaml", tiny_image_folder, ckpt_dir)
-    trainer = (
-        ["devices=[0]"]
-        if device.type == "cuda"
-        else [o for o in CPU_TRAINER if "precision" not in o]
-    )
-    argv = [a for a in argv if a not in CPU_TRAINER] + trainer + [f"precision={precision}"]
+    if device.type == "cuda":  # pretrain_argv's smoke trainer=cpu would keep the CPU accelerator
+        argv = ["trainer=gpu" if a == "trainer=cpu" else a for a in argv]
+    argv += [f"precision={precision}"]
     record = tmp_path / "record.jsonl"
     run_script(argv + [f"++diagnostics.record={record}"], tmp_path)
     start = [r for r in read_records(record) if r["event"] == "fit_start"]
