@@ -12,9 +12,11 @@ set of random crops already on the device, so data loading is not timed.
 
 Timing and memory come from the run recorder (``diagnostics.record``,
 :mod:`attnce_plugin.callbacks.recorder`): ``--warmup`` steps are trained first (``torch.compile``
-compiles there), then ``--steps`` timed steps in a second ``fit``; s/step is that epoch's
-``train_seconds`` / steps. Peak memory: CUDA ``max_memory_allocated`` over the timed fit; on the CPU
-the process's peak RSS so far (it only grows: rows run in the order shown).
+compiles there), then ``--rounds`` timed ``fit`` calls of ``--steps`` steps each; a fit's s/step is
+its epoch's ``train_seconds`` / steps, the row's is the median over the fits, printed with their
+range. One fit per row was not enough: two H200 runs of one 20-step fit put the same row up to 24 % apart.
+Peak memory: CUDA ``max_memory_allocated`` over the timed fits; on the CPU the process's peak RSS
+so far (it only grows: rows run in the order shown).
 
     python3 -m benchmarks.step_cost --device cuda --out bench_out/step_cuda.md        # 16-mixed
     python3 -m benchmarks.step_cost --device cuda --precision bf16-mixed --compile
@@ -34,6 +36,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 from benchmarks.report import table
+from benchmarks.timing import median
 from benchmarks.runs import METHODS
 
 #: The rows: methods of the run table (benchmarks/runs.py), each with the baseline it is compared with.
@@ -143,16 +146,18 @@ def measure(method: str, args: argparse.Namespace, train_path: str, tmp: Path) -
         fit(model, cfg, batch, args.warmup)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    record.unlink(missing_ok=True)
-    fit(model, cfg, batch, args.steps)
-    records = read_records(record)
-    start = next(r for r in records if r["event"] == "fit_start")
-    epoch = next(r for r in records if r["event"] == "epoch")
-    losses = [r["loss"] for r in records if r["event"] == "step"]
-    if len(losses) != args.steps or None in losses:  # None: the recorder's non-finite loss
-        raise RuntimeError(f"{method}: step losses {losses}, expected {args.steps} finite ones")
-    seconds = epoch["train_seconds"] / args.steps
-    peak = epoch["peak_cuda_mib"] if device.type == "cuda" else epoch["peak_rss_mib"]
+    seconds, peaks = [], []
+    for _ in range(args.rounds):
+        record.unlink(missing_ok=True)
+        fit(model, cfg, batch, args.steps)
+        records = read_records(record)
+        start = next(r for r in records if r["event"] == "fit_start")
+        epoch = next(r for r in records if r["event"] == "epoch")
+        losses = [r["loss"] for r in records if r["event"] == "step"]
+        if len(losses) != args.steps or None in losses:  # None: the recorder's non-finite loss
+            raise RuntimeError(f"{method}: step losses {losses}, expected {args.steps} finite ones")
+        seconds.append(epoch["train_seconds"] / args.steps)
+        peaks.append(epoch["peak_cuda_mib"] if device.type == "cuda" else epoch["peak_rss_mib"])
     del model, batch, crops
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -161,8 +166,9 @@ def measure(method: str, args: argparse.Namespace, train_path: str, tmp: Path) -
         "base": BASELINE[method],
         "views": len(sizes),
         "precision": start["precision"],
-        "s": seconds,
-        "peak_mib": peak,
+        "s": median(seconds),
+        "s_range": (min(seconds), max(seconds)),
+        "peak_mib": max(peaks),
     }
 
 
@@ -182,16 +188,18 @@ def report(rows: Sequence[Dict[str, Any]], args: argparse.Namespace, argv: Seque
         f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
         f"resnet18 (ImageNet stem), batch {args.batch_size}, {args.size} px, channels_last "
         f"{'on' if args.channels_last else 'off'}, compile {'on' if args.compile else 'off'}, "
-        f"mean of {args.steps} steps after {args.warmup} warm-up steps; peak memory: {mem}",
+        f"s/step: median of {args.rounds} fits of {args.steps} steps each (range: their min-max) "
+        f"after {args.warmup} warm-up steps; peak memory: {mem}",
     ]
-    cols = ["method", "views", "precision", "s/step", "images/s", "to simclr", "to its base"]
-    cols.append("peak MiB")
+    cols = ["method", "views", "precision", "s/step", "range", "images/s", "to simclr"]
+    cols += ["to its base", "peak MiB"]
     cells = [
         [
             r["method"],
             r["views"],
             r["precision"],
             f"{r['s']:.4f}",
+            "{:.4f}-{:.4f}".format(*r["s_range"]),
             f"{args.batch_size / r['s']:.1f}",
         ]
         + [ratio(r, "simclr"), f"{ratio(r, r['base'])} ({r['base']})", f"{r['peak_mib']:.0f}"]
@@ -222,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--size", type=int, default=None, help="crop px (default 224 on cuda, 32 on cpu)"
     )
-    p.add_argument("--steps", type=int, default=20, help="timed steps")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per fit")
+    p.add_argument("--rounds", type=int, default=5, help="timed fits per method (median)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compiling)")
     p.add_argument("--methods", nargs="+", choices=list(BASELINE), default=list(BASELINE))
     p.add_argument("--small-heads", action="store_true", help="64/32-wide heads (tests)")
@@ -247,6 +256,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.precision = args.precision or ("16-mixed" if cuda else "32")
     args.batch_size = args.batch_size or (128 if cuda else 16)
     args.size = args.size or (224 if cuda else 32)
+    if args.steps < 1 or args.rounds < 1 or args.warmup < 0:
+        print("error: --steps and --rounds must be >= 1, --warmup >= 0", file=sys.stderr)
+        return 2
     if not cuda and args.threads > 0:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")  # solo-learn's and Lightning's deprecations and hints

@@ -43,7 +43,8 @@ def test_no_channels_last_and_compile_reach_the_config(tmp_path):
 def test_tiny_cpu_run_writes_one_row_per_method(tmp_path, capsys):
     out = tmp_path / "step.md"
     argv = ["--methods", "simclr", "mocov3_attentionnce", "--batch-size", "4", "--steps", "2"]
-    argv += ["--warmup", "1", "--small-heads", "--precision", "bf16-mixed", "--out", str(out)]
+    argv += ["--warmup", "1", "--rounds", "3", "--small-heads", "--precision", "bf16-mixed"]
+    argv += ["--out", str(out)]
     assert step_cost.main(argv) == 0
     text = out.read_text()
     assert capsys.readouterr().out == text
@@ -55,5 +56,13 @@ def test_tiny_cpu_run_writes_one_row_per_method(tmp_path, capsys):
         assert r[col["precision"]] == "bf16-mixed"  # what Lightning used, from the recorder
         seconds, per_s = float(r[col["s/step"]]), float(r[col["images/s"]])
         assert seconds > 0 and per_s == pytest.approx(4 / seconds, rel=0.02, abs=0.1)
+        low, high = map(float, r[col["range"]].split("-"))
+        assert low <= seconds <= high  # the median of the three fits lies within their range
         assert float(r[col["peak MiB"]]) > 0
     assert rows[1][col["views"]] == "6" and rows[1][col["to its base"]] == "n/a (mocov3)"
+
+
+@pytest.mark.parametrize("flag", ["--rounds", "--steps"])
+def test_zero_rounds_or_steps_is_refused_before_any_fit(flag, capsys):
+    assert step_cost.main([flag, "0"]) == 2
+    assert "--steps and --rounds must be >= 1" in capsys.readouterr().err

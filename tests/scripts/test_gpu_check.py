@@ -60,6 +60,7 @@ def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
     assert list(summary) == names and all(summary[n][1] == "0" for n in names), summary
     assert "torchmetrics 0.11.4" in (out / "env.log").read_text()  # the bundle's, first on the path
     assert "2 passed" in (out / "tests.log").read_text()  # the two dtypes of the one test
+    assert "\ntests: 2 passed" in (out / "summary.md").read_text()  # the verdict comes back there
     assert (out / "tests.xml").is_file()
     assert len(_table_rows(out / "loss_cost.md")) >= 4  # B x M rows of the first table
     for precision in ("32-true", "bf16-mixed"):
