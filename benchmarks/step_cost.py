@@ -36,8 +36,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 from benchmarks.report import table
-from benchmarks.timing import median
 from benchmarks.runs import METHODS
+from benchmarks.timing import median
 
 #: The rows: methods of the run table (benchmarks/runs.py), each with the baseline it is compared with.
 BASELINE: Dict[str, str] = {
