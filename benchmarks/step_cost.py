@@ -14,9 +14,9 @@ Timing and memory come from the run recorder (``diagnostics.record``,
 :mod:`attnce_plugin.callbacks.recorder`): ``--warmup`` steps are trained first (``torch.compile``
 compiles there), then ``--rounds`` timed ``fit`` calls of ``--steps`` steps each; a fit's s/step is
 its epoch's ``train_seconds`` / steps, the row's is the median over the fits, printed with their
-range. One fit per row was not enough: two H200 runs of one 20-step fit put the same row up to 24 % apart.
-Peak memory: CUDA ``max_memory_allocated`` over the timed fits; on the CPU the process's peak RSS
-so far (it only grows: rows run in the order shown).
+range. One fit per row was not enough: two H200 runs of one 20-step fit put the same row up to
+24 % apart. Peak memory: CUDA ``max_memory_allocated`` over the timed fits; on the CPU the
+process's peak RSS so far (it only grows: rows run in the order shown).
 
     python3 -m benchmarks.step_cost --device cuda --out bench_out/step_cuda.md        # 16-mixed
     python3 -m benchmarks.step_cost --device cuda --precision bf16-mixed --compile
