@@ -34,6 +34,7 @@ from benchmarks.options import Options, parse
 from benchmarks.report import (
     bench_markdown,
     get,
+    regime_markdown,
     table,
     trained_on,
     verdicts_markdown,
@@ -260,7 +261,8 @@ def bench(opts: Options, command: str) -> int:
     if opts.preset == "reference":
         head, sep, notes = md.partition("\n## Notes")
         state = parts_markdown(runs, results, reference_parts(seeds))
-        md = head + "\n" + verdicts_markdown(results) + "\n" + state + sep + notes
+        md = head + "\n" + regime_markdown(results) + "\n" + verdicts_markdown(results)
+        md += "\n" + state + sep + notes
         (out / "results.md").write_text(md)
     if opts.frontier:
         from benchmarks import frontier

@@ -16,6 +16,7 @@ from benchmarks.report import (
     extrapolate,
     fmt,
     mean_std,
+    regime_markdown,
     table,
     trained_on,
     verdict,
@@ -114,11 +115,11 @@ def test_learning_curve_gaps_and_the_regimes_two_bars(tmp_path: Path) -> None:
     # epoch 21: linear 84.0 (untrained 80.0, pixels 81.5), kNN 81.0 (untrained 78.0): +4.0 and
     # +3.0 pass step 1; +2.5 over the pixels passes step 2. Epoch 1 passes neither.
     assert (
-        "| SimCLR (21-epoch run) | 21 | 2 | 210 | 84.0 ± 1.4 | 81.0 ± 1.4 | +4.0 | +3.0 | +2.5 | yes | yes |"
+        "| SimCLR (21-epoch run) | 21 | 2 | 210 | 84.0 ± 1.4 | 81.0 ± 1.4 | +4.00 | +3.00 | +2.50 | yes | yes |"
         in md
     )
     assert (
-        "| SimCLR (21-epoch run) | 1 | 2 | 11 | 71.0 ± 1.4 | 61.0 ± 1.4 | -9.0 | -17.0 | -10.5 | no | no |"
+        "| SimCLR (21-epoch run) | 1 | 2 | 11 | 71.0 ± 1.4 | 61.0 ± 1.4 | -9.00 | -17.00 | -10.50 | no | no |"
         in md
     )
     assert (
@@ -139,6 +140,33 @@ def test_learning_curve_gaps_and_the_regimes_two_bars(tmp_path: Path) -> None:
     assert curve_markdown(results[2:]) == ""  # no run kept a curve: no section
     path = curve_plot(results, tmp_path / "curves.png", "t")
     assert path is None or path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_regime_table_places_each_rows_means_against_the_references() -> None:
+    def r(label: str, comparison: str, seed: int, lin: float, knn: float) -> dict:
+        return {"label": label, "comparison": comparison, "seed": seed, "status": "ok",
+                "epochs": 0 if comparison == "reference" else 29, "offline_acc1": lin,
+                "offline_knn_acc1": knn}  # fmt: skip
+
+    # A recorded pair (the MoCo form's seed 2, the raw pixels): float32 84.0 and 82.0.
+    lin84, lin82 = 83.99999737739563, 81.99999928474426
+    results = [
+        r("MoCo v3", "equal-epoch", 0, lin84, 81.0),
+        r("MoCo v3", "equal-epoch", 1, lin84, 82.0),
+        r("SimCLR", "equal-time", 0, 83.0, 80.0),
+        r("random init (no pretraining)", "reference", 0, 79.0, 78.0),
+        r("random init (no pretraining)", "reference", 1, 81.0, 78.0),
+        r("raw pixels", "reference", 0, lin82, 80.0),
+    ]
+    md = regime_markdown(results)
+    # MoCo v3: linear 84 - 80 = +4.0 and kNN 81.5 - 78 = +3.5 pass step 1; 84 - 82 = +2.0 passes
+    # step 2, though the recorded values differ by 1.999998. SimCLR: kNN +2.0 fails step 1.
+    assert (
+        "| MoCo v3 | 29 | 0,1 | 84.0 ± 0.0 | 81.5 ± 0.7 | +4.00 | +3.50 | +2.00 | yes | yes |" in md
+    )
+    assert "| SimCLR | 29 | 0 | 83.0 | 80.0 | +3.00 | +2.00 | +1.00 | no | no |" in md
+    assert "| random init" not in md
+    assert "untrained backbone linear 80.0 ± 1.4, kNN 78.0 ± 0.0; raw pixels linear 82.0" in md
 
 
 def test_extrapolate_follows_a_log_linear_rise() -> None:
