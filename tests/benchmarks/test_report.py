@@ -143,30 +143,46 @@ def test_learning_curve_gaps_and_the_regimes_two_bars(tmp_path: Path) -> None:
 
 
 def test_the_regime_table_places_each_rows_means_against_the_references() -> None:
-    def r(label: str, comparison: str, seed: int, lin: float, knn: float) -> dict:
+    def r(label: str, comparison: str, seed: int, lin: float, knn: float, **kw) -> dict:
         return {"label": label, "comparison": comparison, "seed": seed, "status": "ok",
                 "epochs": 0 if comparison == "reference" else 29, "offline_acc1": lin,
-                "offline_knn_acc1": knn}  # fmt: skip
+                "offline_knn_acc1": knn, **kw}  # fmt: skip
 
     # A recorded pair (the MoCo form's seed 2, the raw pixels): float32 84.0 and 82.0.
     lin84, lin82 = 83.99999737739563, 81.99999928474426
-    results = [
-        r("MoCo v3", "equal-epoch", 0, lin84, 81.0),
+    curve = [
+        {"epochs": 29, "train_seconds": 100.0, "offline_acc1": lin84, "offline_knn_acc1": 81.0}
+    ]
+    trained = [
+        r("MoCo v3", "equal-epoch", 0, lin84, 81.0, curve=curve),
         r("MoCo v3", "equal-epoch", 1, lin84, 82.0),
         r("SimCLR", "equal-time", 0, 83.0, 80.0),
+    ]
+    references = [
         r("random init (no pretraining)", "reference", 0, 79.0, 78.0),
         r("random init (no pretraining)", "reference", 1, 81.0, 78.0),
         r("raw pixels", "reference", 0, lin82, 80.0),
     ]
-    md = regime_markdown(results)
-    # MoCo v3: linear 84 - 80 = +4.0 and kNN 81.5 - 78 = +3.5 pass step 1; 84 - 82 = +2.0 passes
-    # step 2, though the recorded values differ by 1.999998. SimCLR: kNN +2.0 fails step 1.
+    md = regime_markdown(trained + references)
+    # MoCo v3 (seeds 0, 1; untrained 80.0 / 78.0 over them): linear +4.0 and kNN 81.5 - 78 = +3.5
+    # pass step 1; 84 - 82 = +2.0 passes step 2, though the recorded values differ by 1.999998.
+    # SimCLR (seed 0; untrained 79.0 / 78.0): kNN +2.0 fails step 1, linear +1.0 over the pixels
+    # fails step 2.
     assert (
-        "| MoCo v3 | 29 | 0,1 | 84.0 ± 0.0 | 81.5 ± 0.7 | +4.00 | +3.50 | +2.00 | yes | yes |" in md
+        "| MoCo v3 | 29 | 0,1 | 84.00 ± 0.00 | 81.50 ± 0.71 | +4.00 | +3.50 | +2.00 | yes | yes |"
+        in md
     )
-    assert "| SimCLR | 29 | 0 | 83.0 | 80.0 | +3.00 | +2.00 | +1.00 | no | no |" in md
+    assert "| SimCLR | 29 | 0 | 83.00 | 80.00 | +4.00 | +2.00 | +1.00 | no | no |" in md
     assert "| random init" not in md
-    assert "untrained backbone linear 80.0 ± 1.4, kNN 78.0 ± 0.0; raw pixels linear 82.0" in md
+    assert "(over all seeds: linear 80.00 ± 1.41, kNN 78.00 ± 0.00) and the raw pixels" in md
+    # The curve table and its bars apply the same rule to the same values.
+    curves = curve_markdown(trained + references)
+    assert "| 84.0 | 81.0 | +4.00 | +3.00 | +2.00 | yes | yes |" in curves  # untrained: 80 / 78
+    assert "linear >= pixels + 2 (84.0) passed at 100 s" in curves
+    # Without reference rows every gap and step is n/a, not a guess.
+    assert "| MoCo v3 | 29 | 0,1 | 84.00 ± 0.00 | 81.50 ± 0.71 | n/a | n/a | n/a | n/a | n/a |" in (
+        regime_markdown(trained)
+    )
 
 
 def test_extrapolate_follows_a_log_linear_rise() -> None:
