@@ -19,12 +19,10 @@ if ! "$PY" -c "import torch, torchvision" 2>/dev/null; then
   pip_install torch torchvision
 fi
 
-# Checked without importing attnce_plugin, whose __init__ would import solo when present.
-solo_ok=$(cd "$ROOT" && "$PY" -c "
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location('sc', 'attnce_plugin/solo_compat.py')
-sc = importlib.util.module_from_spec(spec); spec.loader.exec_module(sc)
-print(int(sc.solo_available()))")
+# solo-learn >= 1.0.6 (1.0.2, PyPI's, has no MoCo v3), checked without importing attnce_plugin.
+solo_ok=$("$PY" -c "
+import importlib.util as u
+print(int(u.find_spec('solo') is not None and u.find_spec('solo.methods.mocov3') is not None))" 2>/dev/null || echo 0)
 if [ "$solo_ok" != 1 ]; then
   echo "[setup] solo-learn >= 1.0.6 not found: installing $SOLO_URL@$SOLO_COMMIT into $SOLO_DIR"
   if [ ! -d "$SOLO_DIR/.git" ]; then

@@ -22,7 +22,7 @@ def compose_pretrain_cfg(
     from omegaconf import OmegaConf
 
     from attnce_plugin.configs import config_dir
-    from attnce_plugin.patches import wrap_pretrain_parse_cfg
+    from attnce_plugin.seam import wrap_parse_cfg
 
     base = [
         "data.dataset=custom",
@@ -44,7 +44,7 @@ def compose_pretrain_cfg(
     ):
         cfg = compose(config_name, overrides=[*base, *overrides])
     OmegaConf.set_struct(cfg, False)
-    return wrap_pretrain_parse_cfg(solo_pretrain_args.parse_cfg)(cfg)
+    return wrap_parse_cfg(solo_pretrain_args.parse_cfg)(cfg)
 
 
 def batches(num_steps: int, num_crops: int, b: int = 4, size: int = 32, small: int = 16):
@@ -64,9 +64,9 @@ def batches(num_steps: int, num_crops: int, b: int = 4, size: int = 32, small: i
 LARGE, SMALL = 32, 16
 
 
-def _tiny_crop_overrides(family: str, config_name: str) -> List[str]:
+def _tiny_crop_overrides(family: str, config_name: str, crop: int = LARGE) -> List[str]:
     """Hydra overrides that shrink a shipped config's crops, keeping its layout and order."""
-    out = [f"views.crop_size={LARGE}"]
+    out = [f"views.crop_size={crop}"]
     if "multicrop" in config_name:
         out.append(f"views.positive_crop_size={SMALL}")
     return out
@@ -81,12 +81,13 @@ def pretrain_argv(
     extra: List[str] = (),
     validate: bool = False,
     record: Optional[Path] = None,
+    crop: int = LARGE,
 ) -> List[str]:
     """Command line of ``main_pretrain.py`` for a shipped config, shrunk to a CPU smoke run
     (``trainer=cpu``); with ``record``, the run's steps and epochs go to that JSON-lines file
-    (``diagnostics.record``, read with ``attnce_plugin.callbacks.recorder.read_records``)."""
+    (the benchmark's recorder, attached through ``diagnostics.callbacks``; :func:`read_records`)."""
     from attnce_plugin.configs import config_dir
-    from attnce_plugin.solo_compat import solo_checkout_dir
+    from attnce_plugin.seam import solo_checkout_dir
 
     argv = [
         str(solo_checkout_dir() / "main_pretrain.py"),
@@ -109,14 +110,24 @@ def pretrain_argv(
         "auto_resume.enabled=False",
         "method_kwargs.proj_hidden_dim=64",
         "method_kwargs.proj_output_dim=32",
-        *_tiny_crop_overrides(family, config_name),
+        *_tiny_crop_overrides(family, config_name, crop),
     ]
     if "mocov3" in config_name:
         argv.append("method_kwargs.pred_hidden_dim=64")
     if record is not None:
-        argv.append(f"diagnostics.record={record}")
+        argv += [
+            "++diagnostics.callbacks.record._target_=benchmarks.recorder.RunRecorder",
+            f"++diagnostics.callbacks.record.path={record}",
+        ]
     if validate:
         argv.append(f"data.val_path={data['val']}")
     else:
         argv.append("~data.val_path")
     return argv + list(extra)
+
+
+def read_records(path: Path) -> List[Dict]:
+    """The JSON lines the benchmark's recorder wrote: ``fit_start``, ``step``, ``epoch`` events."""
+    import json
+
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

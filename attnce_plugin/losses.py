@@ -1,0 +1,262 @@
+"""AttentionNCE losses, pure functions in the style of solo-learn's ``*_loss_func``; torch only.
+
+Both forms share one head (:func:`_attention_nce`): the positive logit is the anchor's similarity
+to the attention-weighted prototype of its positives, ``alpha = softmax_m(stop_grad(s_m) / d_pos)``,
+and each valid negative's logit ``n_j / tau`` is scaled by ``beta_j = (softmax_j(stop_grad(n_j) /
+d_neg) + 1e-6) * K``. The logits reach ``K / tau`` (8e5 at K = 8190, tau = 0.01), which overflows
+``exp`` in fp32 and fp16, so the loss is a max-shifted log-sum-exp and never exponentiates a logit;
+it computes in fp32 inside fp16/bf16 autocast, and in fp64 for fp64 inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+#: Added to the negative softmax before scaling by K, as in the published formula: d_neg -> inf
+#: gives beta = 1 + K * 1e-6, not 1.
+BETA_EPS = 1e-6
+
+
+@dataclass
+class AttentionWeights:
+    """One loss call's attention, detached: ``alpha`` [n, P] over each anchor's P positives,
+    ``beta`` [n, N] over the N gathered candidates (0 where ``valid`` [n, N] is False)."""
+
+    alpha: torch.Tensor
+    beta: torch.Tensor
+    valid: torch.Tensor
+
+
+LossOut = Union[torch.Tensor, Tuple[torch.Tensor, AttentionWeights]]
+
+
+def world_and_rank() -> Tuple[int, int]:
+    """(processes, this one's rank): (1, 0) outside a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    """all_gather whose backward sums every process's gradient of this process's slice; the
+    pattern of solo-learn's ``GatherLayer`` (``solo/utils/misc.py``), here so the loss needs torch
+    alone."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:  # type: ignore[override]
+        out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+        dist.all_gather(out, x.contiguous())
+        return tuple(out)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        stacked = torch.stack(grads)
+        dist.all_reduce(stacked)
+        return stacked[dist.get_rank()]
+
+
+def gather(x: torch.Tensor, with_grad: bool) -> torch.Tensor:
+    """``x`` [n, ...] of every process, rank-major [W*n, ...]; ``x`` itself on one process."""
+    if world_and_rank()[0] == 1:
+        return x
+    if with_grad:
+        return torch.cat(_GatherWithGrad.apply(x))
+    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, x.detach().contiguous())
+    return torch.cat(out)
+
+
+def _check(temperature: float, d_pos: float, d_neg: float) -> None:
+    for name, value in (("temperature", temperature), ("d_pos", d_pos), ("d_neg", d_neg)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a finite number > 0, got {value!r}")
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    # Half precision would lose the K / tau logits: fp32, or fp64 when an input is fp64.
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def _prototype_logit(
+    anchors: torch.Tensor, positives: torch.Tensor, d_pos: float, temperature: float
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(pos_logit [b, V], alpha [b, V, P])`` of anchors [b, V, d] over positives [b, P, d]."""
+    sim = torch.bmm(anchors, positives.transpose(1, 2))
+    alpha = torch.softmax(sim.detach() / d_pos, dim=-1)
+    return (alpha * sim).sum(-1) / temperature, alpha
+
+
+def _attention_nce(
+    anchors: torch.Tensor,
+    candidates: torch.Tensor,
+    pos_logit: torch.Tensor,
+    valid: torch.Tensor,
+    temperature: float,
+    d_neg: float,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(loss [n], beta [n, N])``: per-anchor ``logsumexp([pos, beta * n / tau]) - pos`` over
+    the valid candidates, beta held constant (stop-gradient) as in the published code."""
+    sim = anchors @ candidates.T
+    with torch.no_grad():
+        num_valid = valid.sum(dim=1, keepdim=True)
+        attn = torch.softmax(torch.where(valid, sim / d_neg, float("-inf")), dim=1)
+        # A row without negatives (one image on one process) is NaN here: its beta is 0.
+        beta = torch.where(valid, (attn + BETA_EPS) * num_valid, 0.0)
+    neg = torch.where(valid, sim * (beta / temperature), float("-inf"))
+    # The max-shifted log-sum-exp of [pos, neg]; the shift is a constant for autograd.
+    shift = torch.maximum(neg.detach().amax(dim=1), pos_logit.detach())
+    sumexp = torch.exp(neg - shift.unsqueeze(1)).sum(dim=1) + torch.exp(pos_logit - shift)
+    loss = shift + sumexp.log() - pos_logit
+    return loss, beta
+
+
+def attentionnce_loss_func(
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    indexes: torch.Tensor,
+    temperature: float = 0.5,
+    d_pos: float = 1.0,
+    d_neg: float = 1.0,
+    *,
+    return_attention: bool = False,
+) -> LossOut:
+    """AttentionNCE, SimCLR form (the paper's): the local anchors against the global batch.
+
+    Each anchor is pulled towards the attention prototype of its image's M positives and pushed
+    from the anchors of every other image (by dataset index: the image's other anchor views, and a
+    copy of the sample on another process, are neither positive nor negative). Under DDP the
+    anchors are gathered with gradient, so W processes of b images reproduce one of W*b.
+
+    Args:
+        anchors: [V*b, d] anchor projections, view-major (view 0 of every image, then view 1...).
+        positives: [b, M, d] projections of each image's M positive views.
+        indexes: [b] dataset index of each local image.
+        temperature: tau > 0.
+        d_pos: positive-attention scale > 0 (larger: more weight on the harder positives).
+        d_neg: negative-attention scale > 0 (smaller: more weight on the harder negatives).
+        return_attention: also return the call's :class:`AttentionWeights` (alpha [V*b, M]).
+
+    Returns:
+        The mean loss over the V*b anchors (fp32, or fp64 for fp64 inputs), and the attention
+        when asked.
+    """
+    _check(temperature, d_pos, d_neg)
+    if positives.dim() != 3 or positives.shape[0] == 0 or positives.shape[1] == 0:
+        raise ValueError(f"positives must be [b, M, d] with b, M >= 1, got {list(positives.shape)}")
+    b, num_pos, dim = positives.shape
+    if indexes.shape != (b,):
+        raise ValueError(f"indexes must be [b] = [{b}], got {list(indexes.shape)}")
+    if anchors.dim() != 2 or anchors.shape[1] != dim or anchors.shape[0] % b or not len(anchors):
+        raise ValueError(f"anchors must be [V*b, d] = [V*{b}, {dim}], got {list(anchors.shape)}")
+    views = anchors.shape[0] // b
+    dtype = _compute_dtype(anchors, positives)
+    with torch.autocast(device_type=anchors.device.type, enabled=False):
+        a = F.normalize(anchors.to(dtype), dim=-1)
+        p = F.normalize(positives.to(dtype), dim=-1)
+        pos_logit, alpha = _prototype_logit(
+            a.view(views, b, dim).transpose(0, 1), p, d_pos, temperature
+        )
+        local_idx = indexes.repeat(views)
+        valid = local_idx.unsqueeze(1) != gather(local_idx, False).unsqueeze(0)
+        loss, beta = _attention_nce(
+            a, gather(a, True), pos_logit.T.reshape(-1), valid, temperature, d_neg
+        )
+        loss = loss.mean()
+    if not return_attention:
+        return loss
+    return loss, AttentionWeights(alpha.transpose(0, 1).reshape(-1, num_pos), beta, valid)
+
+
+def attentionnce_mocov3_loss_func(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    positive_keys: Optional[torch.Tensor] = None,
+    temperature: float = 0.2,
+    d_pos: float = 1.0,
+    d_neg: float = 1.0,
+    *,
+    key_in_prototype: bool = True,
+    return_attention: bool = False,
+) -> LossOut:
+    """AttentionNCE with MoCo v3's queries and momentum keys (our design: the authors' code has
+    only the SimCLR form); a drop-in for ``solo.losses.mocov3.mocov3_loss_func``.
+
+    The positive of query i is the attention prototype over image i's momentum keys: ``key[i]``
+    (MoCo v3's positive) and ``positive_keys[i]``. The negatives are the other images' keys,
+    gathered without gradient. Scaled by ``2 * temperature`` like MoCo v3's loss, to which it
+    reduces (up to the 1e-6 in beta) with no positive keys and a huge d_neg.
+
+    Args:
+        query: [b, d] online predictions of one anchor view.
+        key: [b, d] momentum keys of the other anchor view.
+        positive_keys: [b, M, d] momentum keys of the M positive views, or None.
+        temperature, d_pos, d_neg: as in :func:`attentionnce_loss_func`.
+        key_in_prototype: False: the prototype is over ``positive_keys`` alone (then required);
+            ``key[i]`` is still no negative of query i.
+        return_attention: also return the call's :class:`AttentionWeights`; alpha [b, P], with
+            column 0 for ``key`` when it is in the prototype.
+    """
+    _check(temperature, d_pos, d_neg)
+    if query.dim() != 2 or not len(query) or key.shape != query.shape:
+        raise ValueError(
+            f"query and key must both be [b, d], b >= 1; got {list(query.shape)}, {list(key.shape)}"
+        )
+    b, dim = query.shape
+    has_pos = positive_keys is not None and positive_keys.shape[1:2] != (0,)
+    if positive_keys is not None and (
+        positive_keys.dim() != 3 or positive_keys.shape[::2] != (b, dim)
+    ):
+        raise ValueError(
+            f"positive_keys must be [b, M, d] = [{b}, M, {dim}], got {list(positive_keys.shape)}"
+        )
+    if not key_in_prototype and not has_pos:
+        raise ValueError("key_in_prototype=False needs positive_keys [b, M, d] with M >= 1")
+    extra = [positive_keys] if has_pos else []
+    dtype = _compute_dtype(query, key, *extra)
+    with torch.autocast(device_type=query.device.type, enabled=False):
+        q = F.normalize(query.to(dtype), dim=-1)
+        keys = F.normalize(torch.cat([key.unsqueeze(1), *extra], dim=1).to(dtype), dim=-1)
+        candidates = keys if key_in_prototype else keys[:, 1:]
+        pos_logit, alpha = _prototype_logit(q.unsqueeze(1), candidates, d_pos, temperature)
+        all_keys = gather(keys[:, 0], False)
+        world, rank = world_and_rank()
+        valid = torch.ones(b, world * b, dtype=torch.bool, device=q.device)
+        valid[torch.arange(b), rank * b + torch.arange(b)] = False  # the query's own key
+        loss, beta = _attention_nce(q, all_keys, pos_logit.squeeze(1), valid, temperature, d_neg)
+        loss = loss.mean() * (2 * temperature)
+    if not return_attention:
+        return loss
+    return loss, AttentionWeights(alpha.squeeze(1), beta, valid)
+
+
+@torch.no_grad()
+def attention_stats(weights: AttentionWeights) -> Dict[str, torch.Tensor]:
+    """How much the attention weighs, as scalars: ``eff_num_positives`` (mean of ``1 / sum
+    alpha^2``: P when uniform, 1 when one positive takes all), ``alpha_entropy`` (nats),
+    ``max_beta`` (1 + K * 1e-6 when d_neg -> inf, up to about K) and ``eff_num_negatives`` (mean of
+    ``(sum beta)^2 / sum beta^2``: K when uniform)."""
+    alpha, beta = weights.alpha.float(), weights.beta.float()
+    eff_neg = beta.sum(dim=1).square() / (beta * beta).sum(dim=1).clamp_min(1e-30)
+    return {
+        "eff_num_positives": (1.0 / (alpha * alpha).sum(dim=1)).mean(),
+        "alpha_entropy": -(alpha * alpha.clamp_min(1e-30).log()).sum(dim=1).mean(),
+        "max_beta": beta.max() if beta.numel() else beta.new_zeros(()),
+        "eff_num_negatives": eff_neg.mean(),
+    }
+
+
+def mean_stats(stats: List[Dict[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
+    """Several calls' :func:`attention_stats`: the mean, but the max of ``max_beta``."""
+    out = {}
+    for key in stats[0]:
+        values = torch.stack([s[key] for s in stats])
+        out[key] = values.max() if key == "max_beta" else values.mean()
+    return out

@@ -1,0 +1,139 @@
+"""What both AttentionNCE methods add to their solo-learn base class, written once.
+
+solo-learn's ``BaseMethod.training_step`` sees the 2 anchors alone; the method forwards the M positives itself, crop by crop like
+solo-learn's multi-crop loop, or one call per crop size with ``batch_positives``.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from attnce_plugin.losses import AttentionWeights, attention_stats, mean_stats
+from attnce_plugin.settings import (
+    MethodConfigError,
+    check_dali_indexes,
+    num_positives,
+    read_method_kwargs,
+)
+
+Forward = Callable[[torch.Tensor], Dict[str, torch.Tensor]]
+
+
+@contextmanager
+def bn_running_stats_frozen(module: nn.Module, frozen: bool) -> Iterator[None]:
+    """BatchNorm layers normalise with the batch's statistics as usual, but their running
+    statistics (what evaluation and checkpoints use) are restored on exit."""
+    saved = [
+        (m, [m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone()])
+        for m in module.modules()
+        if frozen and isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None
+    ]
+    try:
+        yield
+    finally:
+        for m, values in saved:
+            # .data: the same buffers (DDP holds them) without bumping the autograd versions that
+            # this step's graph checks in backward.
+            for buf, value in zip((m.running_mean, m.running_var, m.num_batches_tracked), values):
+                buf.data.copy_(value)
+
+
+class AttentionNCECommon:
+    """Mixin, listed first in the bases. Subclasses set :attr:`KWARGS` (the settings schema) and
+    :attr:`BASE_LOSS` (solo-learn's own loss, which needs no positives)."""
+
+    KWARGS: ClassVar[type]
+    BASE_LOSS: ClassVar[str]
+
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> int:
+        """What the ``parse_cfg`` wrapper checks before solo-learn parses: the settings, DALI's
+        indexes and the crop roles. Returns M, the positive crops per image."""
+        kwargs = cls.read_kwargs(cfg)
+        check_dali_indexes(cfg)
+        return num_positives(cfg.get("augmentations"), required=kwargs.loss != cls.BASE_LOSS)
+
+    @classmethod
+    def read_kwargs(cls, cfg: DictConfig) -> Any:
+        return read_method_kwargs(cfg, cls.KWARGS)
+
+    def _init_common(self, cfg: DictConfig) -> None:
+        self.kwargs = self.read_kwargs(cfg)
+        if cfg.data.num_large_crops != 2:
+            raise MethodConfigError(
+                f"data.num_large_crops={cfg.data.num_large_crops}: the crop roles are unset. Run "
+                "the config through attnce_plugin.seam.wrap_parse_cfg(solo.args.pretrain.parse_cfg)"
+                ", as the shipped configs' Hydra callback does in main_pretrain.py"
+            )
+        # The wrapper counts the positives as solo-learn's small crops, for its loaders (DALI's
+        # output map, solo/data/dali_dataloader.py:797-800); solo-learn's step gets the anchors
+        # alone (base.py:247-251,510-516) and the method forwards the positives itself.
+        self.num_positive_crops = int(cfg.data.num_small_crops)
+        self.num_small_crops, self.num_crops, self.multicrop = 0, 2, False
+        #: What the diagnostics callback reads of the last training step.
+        self.diagnostics_step: Optional[Dict[str, Any]] = None
+
+    def configure_callbacks(self) -> List[Any]:
+        """The diagnostics callback when ``diagnostics.enabled``, and every ``_target_`` under
+        ``diagnostics.callbacks`` (e.g. the benchmark's run recorder)."""
+        group = self.cfg.get("diagnostics") or {}  # type: ignore[attr-defined]
+        extra = group.get("callbacks") or {}
+        callbacks = [instantiate(spec) for spec in extra.values()]
+        if group.get("enabled"):
+            from attnce_plugin.diagnostics import AttentionDiagnostics
+
+            callbacks.append(AttentionDiagnostics())
+        return callbacks
+
+    def split_batch(self, batch: Sequence[Any]) -> Tuple[List[Any], List[torch.Tensor]]:
+        """``(batch of the 2 anchors for solo-learn's step, the M positive crops)``."""
+        indexes, crops, targets = batch
+        if len(crops) != 2 + self.num_positive_crops:
+            raise ValueError(
+                f"the batch holds {len(crops)} crops, the config 2 anchors + "
+                f"{self.num_positive_crops} positives: data and model use different augmentations"
+            )
+        return [indexes, list(crops[:2]), targets], list(crops[2:])
+
+    def forward_positives(
+        self, forward: Forward, crops: List[torch.Tensor], key: str
+    ) -> torch.Tensor:
+        """``forward(crop)[key]`` of the M positive crops, stacked [b, M, d]."""
+        kw = self.kwargs
+        with bn_running_stats_frozen(self, not kw.positives_update_bn):  # type: ignore[arg-type]
+            if not kw.batch_positives:
+                return torch.stack([forward(c)[key] for c in crops], dim=1)
+            outs: List[Any] = [None] * len(crops)
+            groups: Dict[Tuple[int, ...], List[int]] = {}
+            for i, crop in enumerate(crops):
+                groups.setdefault(tuple(crop.shape), []).append(i)
+            for group in groups.values():
+                joined = forward(torch.cat([crops[i] for i in group]))[key]
+                for i, part in zip(group, joined.chunk(len(group))):
+                    outs[i] = part
+            return torch.stack(outs, dim=1)
+
+    def attention_due(self, batch_idx: int) -> bool:
+        return batch_idx % self.kwargs.attention_log_every == 0
+
+    def keep_step(
+        self,
+        weights: Sequence[AttentionWeights],
+        anchor_views: Sequence[torch.Tensor],
+        nce_nats: torch.Tensor,
+        num_negatives: int,
+    ) -> None:
+        """Keep, detached, what the diagnostics callback logs of this step."""
+        stats = mean_stats([attention_stats(w) for w in weights]) if weights else {}
+        self.diagnostics_step = {
+            "attention": stats,
+            "anchor_views": [z.detach() for z in anchor_views[:2]],
+            "nce_nats": nce_nats.detach(),
+            "num_negatives": num_negatives,
+        }

@@ -1,0 +1,97 @@
+"""The shipped configs: every primary config composes, passes the parse_cfg wrapper and builds its
+method; the paper recipe holds the authors' values (/work/shared/docs/attentionnce.md). Training
+through solo-learn's scripts is in test_scripts.py. FAILS, never skips, without solo-learn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnce_plugin.seam import require_solo
+
+require_solo()
+
+import solo.args.pretrain as pretrain_args  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from attnce_plugin.configs import config_dir  # noqa: E402
+from attnce_plugin.methods import METHODS  # noqa: E402
+from attnce_plugin.seam import register, wrap_parse_cfg  # noqa: E402
+
+PRETRAIN = sorted(p.relative_to(config_dir()) for p in (config_dir() / "pretrain").glob("*/*.yaml"))
+LINEAR = sorted(p.relative_to(config_dir()) for p in (config_dir() / "linear").glob("*/*.yaml"))
+#: The authors' attention scales per dataset family, and their M.
+PAPER_SCALES = {"cifar": (1, 10), "stl10": (2, 0.5)}
+
+
+def _compose(path: Path, overrides=()):
+    with initialize_config_dir(config_dir=str(config_dir() / path.parent), version_base="1.2"):
+        cfg = compose(path.name, overrides=list(overrides))
+    OmegaConf.set_struct(cfg, False)
+    return cfg
+
+
+def test_every_family_has_the_config_matrix():
+    names = {(p.parent.name, p.stem) for p in PRETRAIN}
+    for family in ("cifar", "stl10", "imagenet-100", "custom"):
+        for recipe in ("attentionnce", "attentionnce_multicrop", "mocov3_attentionnce"):
+            assert (family, recipe) in names
+    assert {("cifar", "attentionnce_paper"), ("stl10", "simclr_paper")} <= names
+
+
+@pytest.mark.parametrize("path", PRETRAIN, ids=str)
+def test_pretrain_config_builds_its_method(path, tiny_image_folder):
+    register()
+    cfg = _compose(path, [
+        "data.dataset=custom", f"data.train_path={tiny_image_folder['train']}", "~data.val_path",
+        "data.format=image_folder", "optimizer.batch_size=4",
+    ])  # fmt: skip
+    assert OmegaConf.select(cfg, "hydra.callbacks") is None  # composed without Hydra's own node
+    cfg = wrap_parse_cfg(pretrain_args.parse_cfg)(cfg)
+    kw = cfg.method_kwargs
+    assert cfg.data.num_large_crops == 2
+    assert cfg.data.num_small_crops == sum(p.num_crops for p in cfg.augmentations) - 2
+    assert cfg.diagnostics.enabled is True
+    if path.stem.endswith("_paper"):
+        assert (cfg.optimizer.name, cfg.optimizer.weight_decay, cfg.scheduler.name) == (
+            "adam",
+            1e-6,
+            "none",
+        )
+        assert (kw.projector, kw.proj_hidden_dim, kw.proj_output_dim, kw.temperature) == (
+            "mlp_bn",
+            512,
+            128,
+            0.5,
+        )
+        assert cfg.backbone.name == "cifar_resnet50" and str(cfg.precision) == "32"
+        assert kw.loss == ("simclr" if path.stem.startswith("simclr") else "attentionnce")
+        assert {p.crop_size for p in cfg.augmentations} == {32}
+    if path.parent.name in PAPER_SCALES and kw.loss == "attentionnce" and "mocov3" not in path.stem:
+        assert (kw.d_pos, kw.d_neg) == PAPER_SCALES[path.parent.name]
+    if "multicrop" in path.stem:
+        assert kw.positives_update_bn is False
+        assert cfg.augmentations[1].crop_size < cfg.augmentations[0].crop_size
+    model = METHODS[cfg.method](cfg)
+    assert torch.isfinite(sum(p.sum() for p in model.parameters()))
+
+
+@pytest.mark.parametrize("path", LINEAR, ids=str)
+def test_linear_config_composes(path):
+    cfg = _compose(path, ["data.dataset=custom"])
+    assert cfg.pretrain_method == "attentionnce"
+    if path.stem.endswith("_paper"):
+        lr = 1e-2 if path.parent.name == "stl10" else 1e-3
+        assert (cfg.optimizer.name, cfg.optimizer.lr, cfg.backbone.name) == (
+            "adam",
+            lr,
+            "cifar_resnet50",
+        )
+
+
+def test_dali_format_sets_the_index_encoding(tiny_image_folder):
+    cfg = _compose(Path("pretrain/custom/attentionnce.yaml"), ["data_format=dali"])
+    assert cfg.data.format == "dali" and cfg.dali.encode_indexes_into_labels is True

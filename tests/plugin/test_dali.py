@@ -1,0 +1,129 @@
+"""The methods on batches from solo-learn's own DALI loader, on a CPU.
+
+The loader is built as solo-learn builds it (transforms as main_pretrain.py:105-115 makes them,
+PretrainPipelineBuilder and PretrainWrapper as PretrainDALIDataModule.setup does,
+solo/data/dali_dataloader.py:764-818), but with ``device_id=None`` for the pipeline: DALI's
+CPU-only mode. Needs solo-learn and the pinned DALI; FAILS, never skips, without them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, List
+
+import pytest
+import torch
+
+from attnce_plugin.seam import require_solo
+
+require_solo()
+try:
+    import nvidia.dali  # noqa: F401
+except ImportError as err:
+    pytest.fail(f"DALI is not importable ({err}); run scripts/setup_env.sh", pytrace=False)
+
+import numpy as np  # noqa: E402
+from helpers.configs import compose_pretrain_cfg  # noqa: E402
+from helpers.scripts import REPO_ROOT  # noqa: E402
+from nvidia.dali.plugin.pytorch import LastBatchPolicy  # noqa: E402
+from PIL import Image  # noqa: E402
+from solo.data.dali_dataloader import (  # noqa: E402
+    PretrainPipelineBuilder,
+    PretrainWrapper,
+    build_transform_pipeline_dali,
+)
+from solo.data.pretrain_dataloader import FullTransformPipeline, NCropAugmentation  # noqa: E402
+
+from attnce_plugin.methods import METHODS  # noqa: E402
+from attnce_plugin.settings import MethodConfigError  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def make_jpeg_folder(root: Path, num_classes: int, per_class: int) -> List[int]:
+    """``root/class<c>/img<i>.jpg``; returns the class of each position in solo-learn's file order
+    (sorted folders, sorted files)."""
+    classes: List[int] = []
+    for c in range(num_classes):
+        (root / f"class{c}").mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            pixels = np.full((40, 40, 3), (10 * len(classes), 80 * c, 128), np.uint8)
+            Image.fromarray(pixels).save(root / f"class{c}" / f"img{i:02d}.jpg", quality=95)
+            classes.append(c)
+    return classes
+
+
+def solo_dali_batches(cfg: Any) -> List[Any]:
+    """One epoch of solo-learn's DALI loader for ``cfg`` on one process."""
+    dataset, b = cfg.data.dataset, cfg.optimizer.batch_size
+    transform = FullTransformPipeline([
+        NCropAugmentation(build_transform_pipeline_dali(dataset, a, dali_device="cpu"), a.num_crops)
+        for a in cfg.augmentations
+    ])  # fmt: skip
+    builder = PretrainPipelineBuilder(
+        Path(cfg.data.train_path), batch_size=b, transforms=transform, device="cpu", device_id=0,
+        shard_id=0, num_shards=1, num_threads=1, no_labels=False,
+        encode_indexes_into_labels=cfg.dali.encode_indexes_into_labels, data_fraction=-1.0,
+    )  # fmt: skip
+    pipe = builder.pipeline(batch_size=b, num_threads=1, device_id=None, seed=builder.seed)
+    pipe.build()
+    # The output map from the crop counts the parse_cfg wrapper recorded (dali_dataloader.py:797).
+    names = [f"large{i}" for i in range(cfg.data.num_large_crops)]
+    names += [f"small{i}" for i in range(cfg.data.num_small_crops)]
+    return list(PretrainWrapper(
+        model_batch_size=b, model_rank=0, model_device=torch.device("cpu"),
+        dataset_size=pipe.epoch_size("Reader"), conversion_map=builder.conversion_map,
+        pipelines=pipe, output_map=names + ["label"], reader_name="Reader",
+        last_batch_policy=LastBatchPolicy.DROP, auto_reset=True,
+    ))  # fmt: skip
+
+
+def test_installed_dali_is_the_pinned_version():
+    (pinned,) = re.findall(
+        r'"nvidia-dali-cuda120==([0-9.]+)"', (REPO_ROOT / "pyproject.toml").read_text()
+    )
+    assert nvidia.dali.__version__ == pinned
+
+
+@pytest.mark.parametrize(
+    "family,name,sizes",
+    [("custom", "attentionnce", [32] * 6), ("imagenet-100", "attentionnce_multicrop", [32, 32] + [16] * 4),
+     ("custom", "mocov3_attentionnce", [32] * 6)],
+)  # fmt: skip
+def test_shipped_dali_configs_train_on_solo_learns_dali_batches(family, name, sizes, tmp_path):
+    classes = make_jpeg_folder(tmp_path / "train", 3, 4)
+    overrides = [
+        "data_format=dali",
+        "++dali.device=cpu",
+        "views.crop_size=32",
+        "data.num_workers=1",
+    ]
+    overrides += ["data.dataset=imagenet100"] if family == "imagenet-100" else []
+    overrides += ["method_kwargs.pred_hidden_dim=32"] if name.startswith("mocov3") else []
+    cfg = compose_pretrain_cfg(f"{name}.yaml", tmp_path / "train", overrides, family=family)
+    assert cfg.data.format == "dali" and cfg.dali.encode_indexes_into_labels is True
+    batches = solo_dali_batches(cfg)
+    b = cfg.optimizer.batch_size
+    seen: List[int] = []
+    for indexes, crops, targets in batches:
+        assert [tuple(c.shape) for c in crops] == [(b, 3, s, s) for s in sizes]
+        # Encoded indexes: each image's position in solo-learn's file order, whose class we know.
+        assert targets.tolist() == [classes[i] for i in indexes.tolist()]
+        seen += indexes.tolist()
+    assert sorted(seen) == list(range(len(classes)))
+    torch.manual_seed(0)
+    model = METHODS[cfg.method](cfg).train()
+    loss = model.training_step(batches[0], 0)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.grad is not None for g in model.learnable_params for p in g["params"])
+
+
+def test_dali_without_index_encoding_is_refused(tmp_path):
+    make_jpeg_folder(tmp_path / "train", 2, 2)
+    with pytest.raises(MethodConfigError, match="dali.encode_indexes_into_labels=True"):
+        compose_pretrain_cfg(
+            "attentionnce.yaml", tmp_path / "train",
+            ["data_format=dali", "dali.encode_indexes_into_labels=False"], family="custom",
+        )  # fmt: skip

@@ -1,0 +1,220 @@
+"""The methods in-process: solo-learn's own SimCLR and MoCo v3 reproduced step for step by the
+loss switches, the AttentionNCE step against the loss on a hand-made forward, the positives' paths.
+
+Need solo-learn >= 1.0.6; they FAIL, not skip, without it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import List
+
+import pytest
+import torch
+
+from attnce_plugin.seam import require_solo
+
+require_solo()
+
+import lightning.pytorch as pl  # noqa: E402
+import solo.methods  # noqa: E402
+from helpers.configs import batches as make_batches  # noqa: E402
+from helpers.configs import compose_pretrain_cfg  # noqa: E402
+from helpers.trainer import cpu_trainer  # noqa: E402
+
+from attnce_plugin.diagnostics import AttentionDiagnostics  # noqa: E402
+from attnce_plugin.losses import attentionnce_loss_func  # noqa: E402
+from attnce_plugin.methods import AttentionNCE, MoCoV3AttentionNCE  # noqa: E402
+from attnce_plugin.methods.common import bn_running_stats_frozen  # noqa: E402
+
+pytestmark = pytest.mark.integration  # trains through solo-learn
+
+
+class _Steps(pl.Callback):
+    """Each step's loss; the learnable parameters without a gradient (DDP runs with
+    find_unused_parameters=False, so every one needs one)."""
+
+    def __init__(self) -> None:
+        self.losses: List[torch.Tensor] = []
+        self.missing: List[str] = []
+
+    def on_after_backward(self, trainer, module) -> None:
+        self.missing += [
+            g["name"] for g in module.learnable_params for p in g["params"] if p.grad is None
+        ]
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        self.losses.append(outputs["loss"].detach().clone())
+
+
+def _fit(model: pl.LightningModule, batches) -> _Steps:
+    steps = _Steps()
+    pl.seed_everything(5)
+    loader = torch.utils.data.DataLoader(batches, batch_size=None)  # our batches, in order
+    cpu_trainer(callbacks=[steps], deterministic=True).fit(model, train_dataloaders=loader)
+    return steps
+
+
+def _assert_trains_like_solo(ours, reference, batches, reference_crops: int = 2) -> None:
+    """Same initial weights, bit-identical losses at every step and weights after them."""
+    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2), k1
+    ours_steps = _fit(ours, batches)
+    ref_steps = _fit(reference, [[i, crops[:reference_crops], y] for i, crops, y in batches])
+    assert len(ref_steps.losses) == len(batches)
+    for step, (a, b) in enumerate(zip(ours_steps.losses, ref_steps.losses)):
+        assert torch.equal(a, b), f"step {step}: ours {a.item()} vs solo-learn {b.item()}"
+    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), reference.state_dict().items()):
+        assert torch.equal(v1, v2), f"after training, {k1} differs"
+
+
+def _pair(cls, solo_cls, config, overrides, keep, train, small_crops: int = 0):
+    """Our method and solo-learn's, same weights; solo-learn's sees ``small_crops`` positives."""
+    ours_cfg = compose_pretrain_cfg(config, train, overrides)
+    solo_cfg = copy.deepcopy(ours_cfg)
+    solo_cfg.method = solo_cls.__name__.lower()
+    solo_cfg.method_kwargs = {k: ours_cfg.method_kwargs[k] for k in keep}
+    solo_cfg.data.num_small_crops = small_crops
+    pl.seed_everything(5)
+    ours = cls(ours_cfg)
+    pl.seed_everything(5)
+    return ours, solo_cls(solo_cfg), solo_cfg
+
+
+def test_loss_mocov3_is_solo_learns_mocov3_step_for_step(tiny_image_folder):
+    ours, reference, _ = _pair(
+        MoCoV3AttentionNCE, solo.methods.MoCoV3, "mocov3_attentionnce.yaml",
+        ["method_kwargs.loss=mocov3", "method_kwargs.pred_hidden_dim=32"],
+        ["proj_hidden_dim", "proj_output_dim", "pred_hidden_dim", "temperature"],
+        tiny_image_folder["train"],
+    )  # fmt: skip
+    _assert_trains_like_solo(ours, reference, make_batches(3, 6, small=32))
+
+
+def test_loss_simclr_is_solo_learns_simclr_step_for_step(tiny_image_folder):
+    ours, reference, _ = _pair(
+        AttentionNCE, solo.methods.SimCLR, "attentionnce.yaml", ["+method_kwargs.loss=simclr"],
+        ["proj_hidden_dim", "proj_output_dim", "temperature"], tiny_image_folder["train"],
+    )  # fmt: skip
+    _assert_trains_like_solo(ours, reference, make_batches(3, 6, small=32))
+
+
+def test_loss_simclr_all_views_is_solo_learns_simclr_with_small_crops(tiny_image_folder):
+    """The same-views baseline: solo-learn's SimCLR whose small crops are the 4 positives."""
+    ours, reference, _ = _pair(
+        AttentionNCE, solo.methods.SimCLR, "attentionnce_multicrop.yaml",
+        ["+method_kwargs.loss=simclr_all_views", "views.positive_crop_size=16",
+         "method_kwargs.positives_update_bn=true"],  # as solo-learn's small crops do
+        ["proj_hidden_dim", "proj_output_dim", "temperature"], tiny_image_folder["train"], 4,
+    )  # fmt: skip
+    _assert_trains_like_solo(ours, reference, make_batches(3, 6, small=16), reference_crops=6)
+
+
+@pytest.mark.parametrize("anchor", ["views", "mean"])
+def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, tiny_image_folder):
+    """training_step's loss == the online classifier's loss + attentionnce_loss_func of the
+    anchors' ``forward`` and the positives' ``multicrop_forward``, crop by crop."""
+    cfg = compose_pretrain_cfg(
+        "attentionnce.yaml", tiny_image_folder["train"], [f"+method_kwargs.anchor={anchor}"]
+    )
+    model = AttentionNCE(cfg).eval()  # eval: BatchNorm and the forwards are deterministic
+    indexes, crops, targets = make_batches(1, 6, small=32)[0]
+    with torch.no_grad():
+        got = model.training_step([indexes, crops, targets], 1)
+        z = [model(c)["z"] for c in crops[:2]]
+        positives = torch.stack([model.multicrop_forward(c)["z"] for c in crops[2:]], dim=1)
+        if anchor == "mean":
+            anchors = torch.stack([torch.nn.functional.normalize(v, dim=-1) for v in z]).mean(0)
+        else:
+            anchors = torch.cat(z)
+        kw = cfg.method_kwargs
+        nce = attentionnce_loss_func(
+            anchors, positives, indexes, kw.temperature, kw.d_pos, kw.d_neg
+        )
+        logits = [model(c)["logits"] for c in crops[:2]]
+        cls = (
+            sum(torch.nn.functional.cross_entropy(x, targets, ignore_index=-1) for x in logits) / 2
+        )
+    torch.testing.assert_close(got, nce + cls)
+
+
+def test_batched_positives_equal_per_crop_in_eval_mode(tiny_image_folder):
+    cfg = compose_pretrain_cfg("attentionnce_multicrop.yaml", tiny_image_folder["train"])
+    model = AttentionNCE(cfg).eval()
+    crops = make_batches(1, 6, small=16)[0][1][2:]
+    crops[1] = crops[1][:, :, :12, :12]  # two sizes: one forward per size
+    calls: List[tuple] = []
+    forward = lambda x: calls.append(tuple(x.shape)) or model.multicrop_forward(x)  # noqa: E731
+    with torch.no_grad():
+        per_crop = model.forward_positives(forward, crops, "z")
+        model.kwargs.batch_positives = True
+        calls.clear()
+        batched = model.forward_positives(forward, crops, "z")
+    assert sorted(calls) == [(4, 3, 12, 12), (12, 3, 16, 16)]
+    torch.testing.assert_close(batched, per_crop)
+
+
+def test_positives_update_bn_false_keeps_running_statistics_to_the_anchors(tiny_image_folder):
+    model = AttentionNCE(
+        compose_pretrain_cfg("attentionnce_multicrop.yaml", tiny_image_folder["train"])
+    )
+    bn = model.backbone.bn1
+    before = bn.running_mean.clone()
+    with bn_running_stats_frozen(model, True):
+        out = model.multicrop_forward(torch.randn(4, 3, 16, 16) * 5 + 3)
+    assert torch.equal(bn.running_mean, before) and out["z"].requires_grad
+    model.multicrop_forward(torch.randn(4, 3, 16, 16) * 5 + 3)
+    assert not torch.equal(bn.running_mean, before)  # unfrozen: solo-learn's behaviour
+
+
+@pytest.mark.parametrize(
+    "cls,config,overrides",
+    [
+        (AttentionNCE, "attentionnce_multicrop.yaml", ["+method_kwargs.batch_positives=true"]),
+        (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml", ["augmentations.2.crop_size=16"]),
+        (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml",
+         ["augmentations.2.crop_size=16", "+method_kwargs.key_in_prototype=false"]),
+    ],
+)  # fmt: skip
+def test_every_learnable_parameter_gets_a_gradient(cls, config, overrides, tiny_image_folder):
+    extra = ["method_kwargs.pred_hidden_dim=32"] if cls is MoCoV3AttentionNCE else []
+    model = cls(compose_pretrain_cfg(config, tiny_image_folder["train"], overrides + extra))
+    steps = _fit(model, make_batches(2, 6))
+    assert len(steps.losses) == 2 and all(torch.isfinite(x) for x in steps.losses)
+    assert not steps.missing, sorted(set(steps.missing))
+
+
+def test_attention_logged_every_k_batches_and_callbacks_built(tiny_image_folder):
+    cfg = compose_pretrain_cfg(
+        "attentionnce.yaml", tiny_image_folder["train"],
+        ["+method_kwargs.attention_log_every=2",
+         "+diagnostics.callbacks.steps._target_=lightning.pytorch.callbacks.Timer"],
+    )  # fmt: skip
+    model = AttentionNCE(cfg)
+    kinds = sorted(type(c).__name__ for c in model.configure_callbacks())
+    assert kinds == ["AttentionDiagnostics", "Timer"]
+    batch = make_batches(1, 6, small=32)[0]
+    seen = []
+    for batch_idx in range(4):
+        model.training_step(batch, batch_idx)
+        seen.append(bool(model.diagnostics_step["attention"]))
+    assert seen == [True, False, True, False]
+    assert isinstance(AttentionDiagnostics(), pl.Callback)
+
+
+def test_wrong_crop_count_is_named(tiny_image_folder):
+    model = AttentionNCE(compose_pretrain_cfg("attentionnce.yaml", tiny_image_folder["train"]))
+    with pytest.raises(ValueError, match="holds 5 crops, the config 2 anchors \\+ 4 positives"):
+        model.training_step(make_batches(1, 5, small=32)[0], 0)
+
+
+def test_moco_form_builds_solo_learns_mocov3_vit(tiny_image_folder):
+    from solo.backbones.vit.vit_mocov3 import VisionTransformerMoCo
+
+    cfg = compose_pretrain_cfg(
+        "mocov3_attentionnce.yaml", tiny_image_folder["train"],
+        ["backbone.name=vit_tiny", "method_kwargs.pred_hidden_dim=32", "++backbone.kwargs.img_size=32"],
+    )  # fmt: skip
+    model = MoCoV3AttentionNCE(cfg)
+    assert isinstance(model.backbone, VisionTransformerMoCo)
+    assert isinstance(model.momentum_backbone, VisionTransformerMoCo)

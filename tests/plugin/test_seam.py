@@ -1,0 +1,136 @@
+"""The seam (attnce_plugin/seam.py): registration, the parse_cfg wrapper, and the solo-learn lines
+(commit 9187ea3) every patch relies on, checked in the installed solo-learn so that an upgrade
+that breaks one fails here, named. FAILS, never skips, without solo-learn."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+
+from attnce_plugin.seam import require_solo, solo_checkout_dir
+
+require_solo()
+
+import solo.args.pretrain as pretrain_args  # noqa: E402
+import solo.methods  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from solo.data.dali_dataloader import PretrainDALIDataModule  # noqa: E402
+from solo.methods.base import BaseMethod, BaseMomentumMethod  # noqa: E402
+from solo.methods.mocov3 import MoCoV3  # noqa: E402
+from solo.methods.simclr import SimCLR  # noqa: E402
+
+from attnce_plugin.backbones import BACKBONES  # noqa: E402
+from attnce_plugin.configs import config_dir  # noqa: E402
+from attnce_plugin.methods import METHODS  # noqa: E402
+from attnce_plugin.seam import SoloLearnCallback, register, wrap_parse_cfg  # noqa: E402
+from attnce_plugin.settings import MethodConfigError  # noqa: E402
+
+
+def _script(name: str) -> str:
+    return (solo_checkout_dir() / name).read_text()
+
+
+#: (the patch, solo-learn's file:line, its source, the snippets the patch relies on).
+RELIANCES = [
+    ("register (methods)", "main_pretrain.py:39,74", lambda: _script("main_pretrain.py"),
+     ["from solo.methods import METHODS", "model = METHODS[cfg.method](cfg)"]),
+    ("register (attnce-knn, attnce-umap)", "main_knn.py:37, main_umap.py:28",
+     lambda: _script("main_knn.py") + _script("main_umap.py"), ["from solo.methods import METHODS"]),
+    ("register (backbones)", "solo/methods/base.py:186-205",
+     lambda: inspect.getsource(BaseMethod.__init__),
+     ["assert cfg.backbone.name in BaseMethod._BACKBONES",
+      'if self.backbone_name.startswith("resnet"):', "self.backbone.num_features"]),
+    ("wrap_parse_cfg", "main_pretrain.py:30,65,71", lambda: _script("main_pretrain.py"),
+     ["from solo.args.pretrain import parse_cfg", "cfg = parse_cfg(cfg)",
+      "if cfg.data.num_large_crops != 2:"]),
+    ("wrap_parse_cfg", "solo/args/pretrain.py:138-146", lambda: inspect.getsource(pretrain_args.parse_cfg),
+     ["if big_size == pipeline.crop_size:", "cfg.data.num_small_crops = num_small_crops"]),
+    ("methods: the anchors alone", "solo/methods/base.py:247-251,510-516",
+     lambda: inspect.getsource(BaseMethod),
+     ["self.num_crops: int = self.num_large_crops + self.num_small_crops",
+      "assert len(X) == self.num_crops", "if self.multicrop:"]),
+    ("methods: M as small crops", "solo/data/dali_dataloader.py:797-800",
+     lambda: inspect.getsource(PretrainDALIDataModule.setup),
+     ['[f"small{i}" for i in range(self.num_small_crops)]']),
+    ("mocov3_attentionnce.training_step", "solo/methods/mocov3.py:196-216",
+     lambda: inspect.getsource(MoCoV3.training_step),
+     ["out = super().training_step(batch, batch_idx)", 'Q = out["q"]', 'K = out["momentum_k"]']),
+    ("attnce-knn", "solo/args/knn.py:19-22, main_knn.py:161-165",
+     lambda: _script("main_knn.py"), ["for k in args.k:", "for distance_fx in args.distance_function:"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "piece,where,source,snippets", RELIANCES, ids=[r[0] + " @ " + r[1] for r in RELIANCES]
+)
+def test_solo_learn_still_has_what_the_plugin_relies_on(piece, where, source, snippets):
+    missing = [s for s in snippets if s not in source()]
+    assert not missing, f"{piece} relies on solo-learn's {where}, which no longer holds {missing}"
+
+
+def test_register_adds_new_names_in_place_and_is_idempotent():
+    registry, backbones = solo.methods.METHODS, BaseMethod._BACKBONES
+    assert type(registry) is dict and type(backbones) is dict  # in place reaches the scripts
+    own = dict(registry)
+    register()
+    register()
+    assert solo.methods.METHODS is registry and registry["simclr"] is SimCLR
+    assert {k: registry[k] for k in own} == own  # solo-learn's own entries untouched
+    assert registry["attentionnce"] is METHODS["attentionnce"]
+    assert backbones["cifar_resnet50"] is BACKBONES["cifar_resnet50"]
+    assert MoCoV3.__mro__[1] is BaseMomentumMethod  # the MoCo form skips to it
+
+
+def test_someone_elses_entry_is_never_overwritten(monkeypatch):
+    monkeypatch.setitem(solo.methods.METHODS, "attentionnce", SimCLR)
+    with pytest.raises(RuntimeError, match="already.*not overwriting"):
+        register()
+
+
+def _compose(name: str, overrides=()):
+    with initialize_config_dir(
+        config_dir=str(config_dir() / "pretrain" / "cifar"), version_base="1.2"
+    ):
+        cfg = compose(name, overrides=["data.dataset=custom", "~data.val_path", *overrides])
+    OmegaConf.set_struct(cfg, False)
+    return cfg
+
+
+def test_wrapper_leaves_solo_learns_own_methods_alone(tiny_image_folder):
+    cfg = _compose("attentionnce.yaml", [f"data.train_path={tiny_image_folder['train']}"])
+    cfg.method = "simclr"
+    wrapped = wrap_parse_cfg(pretrain_args.parse_cfg)
+    assert wrap_parse_cfg(wrapped) is wrapped
+    assert wrapped(copy.deepcopy(cfg)) == pretrain_args.parse_cfg(copy.deepcopy(cfg))
+
+
+def test_wrapper_sets_the_crop_roles_and_refuses_bad_ones(tiny_image_folder):
+    train = f"data.train_path={tiny_image_folder['train']}"
+    cfg = wrap_parse_cfg(pretrain_args.parse_cfg)(_compose("attentionnce.yaml", [train]))
+    assert (cfg.data.num_large_crops, cfg.data.num_small_crops) == (2, 4)  # solo-learn: (6, 0)
+    bad = _compose("attentionnce.yaml", [train, "augmentations.0.num_crops=3"])
+    with pytest.raises(MethodConfigError, match="the anchors are the first 2 crops"):
+        wrap_parse_cfg(pretrain_args.parse_cfg)(bad)
+
+
+def test_callback_wraps_only_main_pretrains_parse_cfg():
+    import solo.args.linear
+
+    pretrain = {"parse_cfg": pretrain_args.parse_cfg}
+    linear = {"parse_cfg": solo.args.linear.parse_cfg}
+    callback = SoloLearnCallback()
+    for namespace in (pretrain, linear):
+        callback.on_job_start(None, task_function=type("F", (), {"__globals__": namespace})())
+    assert pretrain["parse_cfg"].__wrapped__ is pretrain_args.parse_cfg
+    assert linear["parse_cfg"] is solo.args.linear.parse_cfg
+
+
+def test_cifar_resnet_is_the_authors_stem():
+    net = BACKBONES["cifar_resnet18"]("attentionnce")
+    assert net.conv1.kernel_size == (3, 3) and net.conv1.stride == (1, 1)
+    assert isinstance(net.maxpool, torch.nn.Identity) and net.num_features == 512
+    assert net(torch.randn(2, 3, 32, 32)).shape == (2, 512)
