@@ -7,6 +7,7 @@ with the default; here it stops the run before the network is built.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Dict, Tuple
@@ -17,6 +18,9 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, ValidationEr
 
 class MethodConfigError(ValueError):
     """A setting of the plugin's methods is unknown, missing or out of range."""
+
+
+_ALLOWED = {"float": "a number > 0", "int": "an integer >= 1", "bool": "true or false"}
 
 
 @dataclass
@@ -99,16 +103,22 @@ def read_method_kwargs(cfg: DictConfig, schema: type) -> Any:
     try:
         kwargs = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), given))
     except ConfigKeyError as err:
+        close = difflib.get_close_matches(str(err.key), [f.name for f in fields(schema)], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise MethodConfigError(
-            f"method_kwargs.{err.key} is not a setting of method {cfg.method!r}; allowed keys: "
-            f"{allowed}"
+            f"method_kwargs.{err.key} is not a setting of method {cfg.method!r}{hint}; allowed "
+            f"keys: {allowed}"
         ) from None
     except MissingMandatoryValue as err:
         raise MethodConfigError(
             f"method_kwargs.{err.key} is required by method {cfg.method!r}; allowed keys: {allowed}"
         ) from None
     except ValidationError as err:
-        raise MethodConfigError(f"method_kwargs.{err.key}: {str(err).splitlines()[0]}") from None
+        kind = {f.name: f.type for f in fields(schema)}.get(str(err.key))
+        want = schema.CHOICES.get(err.key) or _ALLOWED.get(kind, kind)
+        raise MethodConfigError(
+            f"method_kwargs.{err.key}: {str(err).splitlines()[0]}; allowed values: {want}"
+        ) from None
     cfg.method_kwargs = asdict(kwargs)
     return kwargs
 

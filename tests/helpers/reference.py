@@ -2,8 +2,9 @@
 
 Written straight from the paper's equations (docs in ../shared/docs/attentionnce.md), in exp space
 and with explicit loops, sharing no code with attnce_plugin: the tests compare the package against
-these. ``hold_weights=True`` detaches alpha and beta, which is how the published formula is
-differentiated (stop-gradient on the attention).
+these. alpha and beta are computed from detached similarities, which is how the published formula
+is differentiated (stop-gradient on the attention). ``log_space=True`` takes the same ratio as a
+log-sum-exp, for the cases where the published exp-space order overflows even float64.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def _row_loss(
     tau: float,
     d_pos: Optional[float],
     d_neg: Optional[float],
+    log_space: bool = False,
 ) -> torch.Tensor:
     """Loss of one anchor [d] with positives [P, d] and negatives [K, d].
 
@@ -38,7 +40,7 @@ def _row_loss(
     else:
         e = torch.exp(s.detach() / d_pos)
         alpha = e / e.sum()
-    pos = torch.exp((alpha * s).sum() / tau)
+    pos_logit = (alpha * s).sum() / tau
     n = neg_items @ anchor
     k = n.numel()
     if d_neg is None:
@@ -46,6 +48,9 @@ def _row_loss(
     else:
         w = torch.exp(n.detach() / d_neg)
         beta = (w / w.sum() + BETA_EPS) * k
+    if log_space:
+        return torch.logsumexp(torch.cat([pos_logit.view(1), beta * n / tau]), 0) - pos_logit
+    pos = torch.exp(pos_logit)
     neg = torch.exp(beta * n / tau).sum()
     return -torch.log(pos / (pos + neg))
 
@@ -57,6 +62,7 @@ def simclr_form(
     tau: float,
     d_pos: Optional[float],
     d_neg: Optional[float],
+    log_space: bool = False,
 ) -> torch.Tensor:
     """Reference for ``attentionnce_loss_func``: anchors [V*b, d], positives [b, M, d], indexes [b]."""
     b = positives.shape[0]
@@ -66,7 +72,7 @@ def simclr_form(
     losses = []
     for i in range(a.shape[0]):
         negs = [j for j in range(a.shape[0]) if row_index[j] != row_index[i]]
-        losses.append(_row_loss(a[i], p[i % b], a[negs], tau, d_pos, d_neg))
+        losses.append(_row_loss(a[i], p[i % b], a[negs], tau, d_pos, d_neg, log_space))
     return torch.stack(losses).mean()
 
 
@@ -78,6 +84,7 @@ def mocov3_form(
     d_pos: Optional[float],
     d_neg: Optional[float],
     key_in_prototype: bool = True,
+    log_space: bool = False,
 ) -> torch.Tensor:
     """Reference for ``attentionnce_mocov3_loss_func``: query, key [b, d], positive_keys [b, M, d].
     ``key_in_prototype=False``: the positives are the M positive keys alone."""
@@ -90,5 +97,5 @@ def mocov3_form(
         if not key_in_prototype:
             pos_items = pk[i]
         negs = [j for j in range(k.shape[0]) if j != i]
-        losses.append(_row_loss(q[i], pos_items, k[negs], tau, d_pos, d_neg))
+        losses.append(_row_loss(q[i], pos_items, k[negs], tau, d_pos, d_neg, log_space))
     return torch.stack(losses).mean() * (2 * tau)

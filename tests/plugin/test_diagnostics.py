@@ -1,0 +1,109 @@
+"""attnce_plugin/diagnostics.py: the representation measures against plain numpy loops, and the
+callback's validation subset, driven by a tiny stand-in for solo-learn's module and trainer."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import attnce_plugin.diagnostics as diag
+
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_alignment_and_uniformity_against_loops():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(7, 5)), rng.normal(size=(7, 5))
+    xu, yu = _unit(x), _unit(y)
+    want = np.mean([np.sum((xu[i] - yu[i]) ** 2) for i in range(7)])
+    assert float(diag.alignment(torch.tensor(x), torch.tensor(y))) == pytest.approx(want)
+    pairs = [np.exp(-2 * np.sum((xu[i] - xu[j]) ** 2)) for i in range(7) for j in range(i + 1, 7)]
+    assert float(diag.uniformity(torch.tensor(x))) == pytest.approx(math.log(np.mean(pairs)))
+    # identical views (up to scale) align at 0, opposite ones at 4
+    assert float(diag.alignment(torch.tensor(x), torch.tensor(3 * x))) == pytest.approx(0, abs=1e-6)
+    assert float(diag.alignment(torch.tensor(x), torch.tensor(-x))) == pytest.approx(4)
+
+
+def test_effective_rank_against_numpy():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(50, 6)) @ np.diag([3, 2, 1, 0.5, 0.1, 0.01])
+    eig = np.clip(np.linalg.eigvalsh(np.cov(x.T)), 0, None)
+    p = eig / eig.sum()
+    want = math.exp(-np.sum(p * np.log(p)))
+    assert float(diag.effective_rank(torch.tensor(x))) == pytest.approx(want, rel=1e-9)
+    # a collapse onto a line, isotropic data, a constant
+    line = rng.normal(size=(40, 1)) * rng.normal(size=(1, 8)) + rng.normal(size=(1, 8))
+    assert float(diag.effective_rank(torch.tensor(line, dtype=torch.float32))) == pytest.approx(
+        1, abs=1e-3
+    )
+    assert float(diag.effective_rank(torch.randn(20000, 8))) > 7.9
+    assert float(diag.effective_rank(torch.ones(10, 4))) == 1.0
+
+
+class _Module(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Identity()
+        self.projector = torch.nn.Linear(4, 2)
+        self.logged = {}
+        self.device = torch.device("cpu")
+
+    def log(self, name, value, **kwargs):
+        self.logged[name] = value
+
+
+def _epoch(callback, module, batches, sanity=False):
+    trainer = SimpleNamespace(sanity_checking=sanity)
+    callback.on_validation_epoch_start(trainer, module)
+    for batch in batches:
+        module.backbone(batch)  # solo-learn's validation step calls the backbone once
+        callback.on_validation_batch_end(trainer, module, None, batch, 0)
+    callback.on_validation_epoch_end(trainer, module)
+
+
+def test_validation_subset_is_the_same_random_subset_every_epoch(monkeypatch):
+    seen = []
+    monkeypatch.setattr(diag, "uniformity", lambda x: seen.append(x.clone()) or torch.zeros(()))
+    rows = torch.arange(40.0).unsqueeze(1) * torch.ones(1, 4)  # row i is all i
+    batches = list(rows.split(8))
+    module, callback = _Module(), diag.AttentionDiagnostics(max_samples=16)
+    _epoch(callback, module, batches, sanity=True)  # the sanity check logs nothing
+    assert not seen and not module.logged
+    for _ in range(3):
+        _epoch(callback, module, batches)
+    feats = [sorted(x[:, 0].int().tolist()) for x in seen[0::2]]  # [feats, z] per epoch
+    assert len(feats) == 3 and feats[0] == feats[1] == feats[2] and len(feats[0]) == 16
+    assert feats[0] != list(range(16)) and len(set(feats[0])) == 16  # random, no repeats
+    torch.testing.assert_close(seen[1], module.projector(seen[0]).detach())  # same rows
+    assert set(module.logged) == {f"val_repr_{k}_{m}" for k in ("feats", "z") for m in
+                                  ("uniformity", "eff_rank")}  # fmt: skip
+    seen.clear()
+    _epoch(diag.AttentionDiagnostics(max_samples=1000), module, batches)
+    assert sorted(seen[0][:, 0].int().tolist()) == list(range(40))
+
+
+def test_train_batch_logs_attention_alignment_and_mi_bound():
+    module, callback = _Module(), diag.AttentionDiagnostics()
+    views = torch.randn(2, 6, 4)
+    module.diagnostics_step = {
+        "attention": {"max_beta": torch.tensor(1.5), "eff_num_positives": torch.tensor(3.0)},
+        "anchor_views": views,
+        "num_negatives": 10,
+        "nce_nats": torch.tensor(2.0),
+    }
+    callback.on_train_batch_end(None, module, None, None, 0)
+    assert module.diagnostics_step is None  # consumed
+    assert float(module.logged["train_attn_max_beta"]) == 1.5
+    assert float(module.logged["train_repr_mi_bound"]) == pytest.approx(math.log(11) - 2)
+    torch.testing.assert_close(
+        module.logged["train_repr_alignment"], diag.alignment(views[0], views[1])
+    )
+    module.logged.clear()
+    callback.on_train_batch_end(None, module, None, None, 0)  # MoCo v3's own loss: nothing
+    assert not module.logged

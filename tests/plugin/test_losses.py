@@ -1,0 +1,342 @@
+"""attnce_plugin/losses.py against independent references: the float64 formula of
+tests/helpers/reference.py (values and gradients), solo-learn's MoCo v3 loss, hand-computed
+limits, and one process on the whole batch for W gloo processes. Needs solo-learn for the MoCo v3
+comparison; FAILS there, never skips, without it."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from helpers import reference
+
+from attnce_plugin.losses import (
+    AttentionWeights,
+    attention_stats,
+    attentionnce_loss_func,
+    attentionnce_mocov3_loss_func,
+    mean_stats,
+)
+
+EPS = 1e-6  # the published formula's beta = (softmax + 1e-6) * K
+
+# (b, M, views, tau, d_pos, d_neg): the paper's recipes and both ends of the scales.
+SETTINGS = [
+    (4, 4, 2, 0.5, 1.0, 10.0),  # CIFAR
+    (6, 4, 2, 0.5, 2.0, 0.5),  # STL-10
+    (5, 2, 1, 0.2, 4.0, 1.0),
+    (3, 1, 2, 0.1, 0.05, 0.05),
+    (7, 3, 1, 1.0, 1e6, 1e6),
+    (8, 8, 2, 0.07, 0.3, 100.0),
+]
+
+
+def _inputs(b, m, views=2, d=8, seed=0, device="cpu"):
+    """float64 anchors [V*b, d] (view-major), positives [b, M, d], indexes [b]; each image's views
+    pulled together so that the attention has something to weigh."""
+    g = torch.Generator().manual_seed(seed)
+    centre = 2 * torch.randn(b, d, generator=g, dtype=torch.float64)
+    anchors = torch.randn(views * b, d, generator=g, dtype=torch.float64) + centre.repeat(views, 1)
+    positives = torch.randn(b, m, d, generator=g, dtype=torch.float64) + centre.unsqueeze(1)
+    indexes = torch.randperm(1000, generator=g)[:b]
+    return [t.to(device).requires_grad_(t.is_floating_point()) for t in (anchors, positives)] + [
+        indexes.to(device)
+    ]
+
+
+def _value_and_grads(loss, *tensors):
+    return loss.detach().cpu(), [g.cpu() for g in torch.autograd.grad(loss, tensors)]
+
+
+def _assert_same(got, want, rtol=1e-9, atol=1e-10):
+    torch.testing.assert_close(got[0], want[0], rtol=rtol, atol=atol)
+    for g, w in zip(got[1], want[1]):
+        torch.testing.assert_close(g, w, rtol=rtol, atol=atol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b,m,views,tau,d_pos,d_neg", SETTINGS)
+def test_simclr_form_matches_reference(b, m, views, tau, d_pos, d_neg, device):
+    a, p, idx = _inputs(b, m, views, device=device)
+    got = _value_and_grads(attentionnce_loss_func(a, p, idx, tau, d_pos, d_neg), a, p)
+    ac, pc = a.detach().cpu().requires_grad_(), p.detach().cpu().requires_grad_()
+    want = _value_and_grads(reference.simclr_form(ac, pc, idx.cpu(), tau, d_pos, d_neg), ac, pc)
+    assert got[0].dtype == torch.float64  # fp64 inputs compute in fp64
+    _assert_same(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b,m,views,tau,d_pos,d_neg", SETTINGS)
+@pytest.mark.parametrize("key_in_prototype", [True, False])
+def test_mocov3_form_matches_reference(b, m, views, tau, d_pos, d_neg, key_in_prototype, device):
+    a, pk, _ = _inputs(b, m, 2, device=device)
+    q, k = a[:b], a[b:].detach()
+    got = attentionnce_mocov3_loss_func(
+        q, k, pk, tau, d_pos, d_neg, key_in_prototype=key_in_prototype
+    )
+    got = _value_and_grads(got, q, pk)
+    qc, pkc = q.detach().cpu().requires_grad_(), pk.detach().cpu().requires_grad_()
+    want = reference.mocov3_form(qc, k.cpu(), pkc, tau, d_pos, d_neg, key_in_prototype)
+    _assert_same(got, _value_and_grads(want, qc, pkc))
+
+
+def test_mocov3_form_without_positive_keys_is_solo_learns_mocov3():
+    from solo.losses.mocov3 import mocov3_loss_func  # ImportError: a failure, not a skip
+
+    a, _, _ = _inputs(16, 1, 2, d=32, seed=3)
+    q, k = a[:16], a[16:].detach()
+    for tau in (0.2, 1.0):
+        got = _value_and_grads(attentionnce_mocov3_loss_func(q, k, None, tau, 1.0, 1e9), q)
+        want = _value_and_grads(mocov3_loss_func(q, k, tau), q)
+        # beta = 1 + K * 1e-6 (K = 15), not 1: the logits differ by 1.5e-5 relative.
+        _assert_same(got, want, rtol=1e-4, atol=1e-5)
+    empty = torch.zeros(16, 0, 32, dtype=torch.float64)
+    torch.testing.assert_close(
+        attentionnce_mocov3_loss_func(q, k, empty, 0.2), attentionnce_mocov3_loss_func(q, k, None)
+    )
+
+
+def _plain_infonce(anchors, positives, indexes, tau, beta):
+    """M = 1 and every negative's logit scaled by the constant ``beta``: cross-entropy."""
+    b, views = len(indexes), len(anchors) // len(indexes)
+    a, p = F.normalize(anchors, dim=1), F.normalize(positives[:, 0], dim=1)
+    rows = indexes.repeat(views)
+    losses = []
+    for i in range(len(a)):
+        negs = a[rows != rows[i]]
+        logits = torch.cat([(a[i] @ p[i % b]).view(1), beta * (negs @ a[i])]) / tau
+        losses.append(torch.logsumexp(logits, 0) - logits[0])
+    return torch.stack(losses).mean()
+
+
+def test_d_neg_to_infinity_gives_plain_negatives_with_beta_one_plus_k_eps():
+    a, p, idx = _inputs(6, 1, 2)
+    k = 2 * 6 - 2
+    got = _value_and_grads(attentionnce_loss_func(a, p, idx, 0.3, 1.0, 1e12), a, p)
+    want = _value_and_grads(_plain_infonce(a, p, idx, 0.3, 1 + k * EPS), a, p)
+    _assert_same(got, want)
+
+
+def test_d_pos_limits_and_a_single_positive():
+    a, p, idx = _inputs(5, 4, 2)
+    mean = reference.simclr_form(a, p, idx, 0.5, None, 2.0)  # alpha = 1/M
+    torch.testing.assert_close(attentionnce_loss_func(a, p, idx, 0.5, 1e12, 2.0), mean)
+    # d_pos -> 0: one anchor view, and only its most similar positive counts.
+    a1 = a[:5]
+    sims = torch.einsum("bd,bmd->bm", F.normalize(a1, dim=1), F.normalize(p, dim=2))
+    best = p[torch.arange(5), sims.argmax(1)].unsqueeze(1)
+    torch.testing.assert_close(
+        attentionnce_loss_func(a1, p, idx, 0.5, 1e-6, 2.0),
+        attentionnce_loss_func(a1, best, idx, 0.5, 1.0, 2.0),
+    )
+    # M = 1: d_pos has nothing to weigh.
+    one = p[:, :1]
+    want = reference.simclr_form(a, one, idx, 0.5, None, 2.0)
+    for d_pos in (0.05, 1.0, 1e6):
+        torch.testing.assert_close(attentionnce_loss_func(a, one, idx, 0.5, d_pos, 2.0), want)
+
+
+def test_finite_and_exact_where_exp_space_overflows():
+    """tau 0.01, d_neg 0.01, K = 510: near-duplicate negatives push beta * n / tau far past
+    float64's exp range; the log-space loss still equals the formula."""
+    a, p, idx = _inputs(256, 2, 2, d=4, seed=1)
+    with torch.no_grad():
+        a[1] = a[0] + 1e-3
+        a[2] = a[0] + 2e-3
+    args = (idx, 0.01, 1.0, 0.01)
+    with torch.no_grad():
+        assert not torch.isfinite(reference.simclr_form(a, p, *args))  # the published exp space
+    got = _value_and_grads(attentionnce_loss_func(a, p, *args), a, p)
+    want = _value_and_grads(reference.simclr_form(a, p, *args, log_space=True), a, p)
+    assert torch.isfinite(got[0]) and all(torch.isfinite(g).all() for g in got[1])
+    _assert_same(got, want, rtol=1e-7, atol=1e-9)
+    # The same in fp32: finite, and close to the fp64 value.
+    a32, p32 = a.detach().float().requires_grad_(), p.detach().float().requires_grad_()
+    got32 = _value_and_grads(attentionnce_loss_func(a32, p32, *args), a32, p32)
+    assert got32[0].dtype == torch.float32 and all(torch.isfinite(g).all() for g in got32[1])
+    torch.testing.assert_close(got32[0].double(), want[0], rtol=1e-4, atol=1e-3)
+    half = attentionnce_loss_func(a.detach().half(), p.detach().bfloat16(), *args)
+    assert half.dtype == torch.float32 and torch.isfinite(half)  # half inputs compute in fp32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_autocast_is_finite_fp32_and_close(dtype, device):
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(32, 16).to(device)
+    x, xp, idx = torch.randn(256, 32), torch.randn(128, 4, 32), torch.arange(128)
+    x, xp, idx = x.to(device), xp.to(device), idx.to(device)
+    with torch.autocast(device.type, dtype=dtype):
+        z, zp = proj(x), proj(xp)
+        assert z.dtype == dtype
+        loss = attentionnce_loss_func(z, zp, idx, 0.01, 1.0, 0.01)
+        mloss = attentionnce_mocov3_loss_func(z[:128], z[128:], zp, 0.01, 1.0, 0.01)
+    assert loss.dtype == mloss.dtype == torch.float32
+    (loss + mloss).backward()
+    assert torch.isfinite(loss) and torch.isfinite(mloss)
+    assert all(torch.isfinite(q.grad).all() for q in proj.parameters())
+    z, zp = z.detach().cpu(), zp.detach().cpu()
+    want = reference.simclr_form(z, zp, idx.cpu(), 0.01, 1.0, 0.01, log_space=True)
+    torch.testing.assert_close(loss.detach().cpu().double(), want, rtol=1e-4, atol=1e-3)
+
+
+def test_repeated_sample_and_other_view_are_never_negatives():
+    a, p, idx = _inputs(5, 3, 2)
+    idx = torch.tensor([7, 3, 9, 7, 4])  # image 3 is image 0 again (a padding sampler)
+    got, w = attentionnce_loss_func(a, p, idx, 0.5, 1.0, 0.5, return_attention=True)
+    rows = idx.repeat(2)
+    assert torch.equal(w.valid, rows[:, None] != rows[None, :])
+    assert not w.valid[0, [0, 3, 5, 8]].any() and w.valid[0, [1, 2, 4, 6, 7, 9]].all()
+    torch.testing.assert_close(got, reference.simclr_form(a, p, idx, 0.5, 1.0, 0.5))
+    # A copy of image 0 with identical views: its rows' negatives are exactly image 0's.
+    a2 = a.detach().clone().view(2, 5, 8)
+    a2[:, 3] = a2[:, 0]
+    p2 = p.detach().clone()
+    p2[3] = p2[0]
+    _, w2 = attentionnce_loss_func(a2.view(10, 8), p2, idx, 0.5, 1.0, 0.5, return_attention=True)
+    torch.testing.assert_close(w2.beta[3], w2.beta[0])  # no self or copy among the negatives
+    torch.testing.assert_close(w2.alpha[3], w2.alpha[0])
+
+
+@pytest.mark.parametrize("views", [1, 2])
+def test_one_image_has_zero_loss_and_zero_gradients(views):
+    a, p, idx = _inputs(1, 3, views)
+    loss = attentionnce_loss_func(a, p, idx, 0.1, 1.0, 0.05)
+    q, k = a[:1], a[-1:].detach()
+    mloss = attentionnce_mocov3_loss_func(q, k, p, 0.1, 1.0, 0.05)
+    for value, tensors in ((loss, (a, p)), (mloss, (q, p))):
+        assert float(value.detach()) == 0.0
+        for g in torch.autograd.grad(value, tensors):
+            assert torch.equal(g, torch.zeros_like(g))
+
+
+def test_attention_weights_follow_the_formula():
+    a, p, idx = _inputs(4, 3, 2, seed=5)
+    tau, d_pos, d_neg = 0.5, 0.7, 0.3
+    idx = torch.tensor([1, 2, 1, 3])  # rows of image 0 and 2 have 8 - 4 = 4 negatives, others 6
+    _, w = attentionnce_loss_func(a, p, idx, tau, d_pos, d_neg, return_attention=True)
+    an, pn = F.normalize(a.detach(), dim=1), F.normalize(p.detach(), dim=2)
+    rows = idx.repeat(2)
+    for i in range(8):
+        s = pn[i % 4] @ an[i]
+        torch.testing.assert_close(w.alpha[i], torch.exp(s / d_pos) / torch.exp(s / d_pos).sum())
+        negs = rows != rows[i]
+        n, k = an[negs] @ an[i], int(negs.sum())
+        beta = (torch.exp(n / d_neg) / torch.exp(n / d_neg).sum() + EPS) * k
+        torch.testing.assert_close(w.beta[i, negs], beta)
+        assert torch.equal(w.beta[i, ~negs], torch.zeros(8 - k, dtype=torch.float64))
+        torch.testing.assert_close(w.beta[i].sum(), torch.tensor(k * (1 + k * EPS)).double())
+    torch.testing.assert_close(w.alpha.sum(1), torch.ones(8, dtype=torch.float64))
+    # MoCo form: column 0 of alpha is the key; the query's own key is no negative.
+    q, key = a[:4].detach(), a[4:].detach()
+    _, mw = attentionnce_mocov3_loss_func(q, key, p, tau, d_pos, d_neg, return_attention=True)
+    assert mw.alpha.shape == (4, 4) and torch.equal(mw.valid, ~torch.eye(4, dtype=torch.bool))
+    torch.testing.assert_close(mw.beta.sum(1), torch.full((4,), 3 * (1 + 3 * EPS)).double())
+
+
+def test_attention_stats_by_hand():
+    weights = AttentionWeights(
+        alpha=torch.tensor([[0.5, 0.5], [1.0, 0.0]]),
+        beta=torch.tensor([[1.0, 1.0, 0.0], [2.0, 0.0, 0.0]]),
+        valid=torch.tensor([[True, True, False], [True, False, False]]),
+    )
+    stats = {k: float(v) for k, v in attention_stats(weights).items()}
+    assert stats["eff_num_positives"] == pytest.approx((2 + 1) / 2)
+    assert stats["alpha_entropy"] == pytest.approx(math.log(2) / 2)
+    assert stats["max_beta"] == 2.0
+    assert stats["eff_num_negatives"] == pytest.approx((4 / 2 + 4 / 4) / 2)
+    two = mean_stats([attention_stats(weights), {k: torch.tensor(1.0) for k in stats}])
+    assert float(two["max_beta"]) == 2.0 and float(two["eff_num_negatives"]) == 1.25
+
+
+@pytest.mark.parametrize("name", ["temperature", "d_pos", "d_neg"])
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), "0.5", None, True])
+def test_bad_scalars_are_refused_with_their_name(name, bad):
+    a, p, idx = _inputs(2, 2)
+    kwargs = {"temperature": 0.5, "d_pos": 1.0, "d_neg": 1.0, name: bad}
+    with pytest.raises((TypeError, ValueError), match=name):
+        attentionnce_loss_func(a, p, idx, **kwargs)
+    with pytest.raises((TypeError, ValueError), match=name):
+        attentionnce_mocov3_loss_func(a[:2], a[2:], p, **kwargs)
+
+
+def test_bad_shapes_are_refused_with_the_shapes():
+    a, p, idx = _inputs(3, 2)
+    cases = [
+        (lambda: attentionnce_loss_func(a, p[0], idx), "positives must be"),
+        (lambda: attentionnce_loss_func(a, p[:, :0], idx), "positives must be"),
+        (lambda: attentionnce_loss_func(a, p, idx[:2]), r"indexes must be \[b\] = \[3\]"),
+        (lambda: attentionnce_loss_func(a[:5], p, idx), r"got \[5, 8\]"),
+        (lambda: attentionnce_loss_func(a[:, :4], p, idx), "anchors must be"),
+        (lambda: attentionnce_mocov3_loss_func(a[:3], a[:2], p), r"\[3, 8\], \[2, 8\]"),
+        (lambda: attentionnce_mocov3_loss_func(a[:3], a[3:], p[:2]), "positive_keys must be"),
+        (
+            lambda: attentionnce_mocov3_loss_func(a[:3], a[3:], None, key_in_prototype=False),
+            "key_in_prototype=False needs positive_keys",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+# ------------------------------------------------------------------------------------ DDP
+
+B_LOCAL = 3
+
+
+def _global(world):
+    """The whole batch: sample 0 repeats on the last rank, as a padding DistributedSampler does."""
+    a, p, idx = _inputs(world * B_LOCAL, 3, 2, seed=world)
+    idx[-1] = idx[0]
+    q, k = a[: world * B_LOCAL], a[world * B_LOCAL :].detach()
+    return [t.detach() for t in (a, p, idx, q, k)]
+
+
+def _slices(rank, world, a, p, idx, q, k):
+    sl = slice(rank * B_LOCAL, (rank + 1) * B_LOCAL)
+    views = a.view(2, world * B_LOCAL, -1)[:, sl].reshape(2 * B_LOCAL, -1)
+    return views, p[sl], idx[sl], q[sl], k[sl]
+
+
+def _worker(rank, world, store, out, device):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        a, p, idx, q, k = (t.to(device) for t in _slices(rank, world, *_global(world)))
+        a, p, q = (t.clone().requires_grad_() for t in (a, p, q))
+        loss = attentionnce_loss_func(a, p, idx, 0.2, 2.0, 0.3)
+        mloss = attentionnce_mocov3_loss_func(q, k, p.detach(), 0.2, 2.0, 0.3)
+        grads = torch.autograd.grad(loss, (a, p)) + torch.autograd.grad(mloss, q)
+        result = [loss.detach(), mloss.detach(), *grads]
+        torch.save([t.cpu() for t in result], os.path.join(out, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("world", [2, 3])
+def test_processes_equal_one_process_on_the_whole_batch(world, tmp_path, device, monkeypatch):
+    """DDP averages gradients, so rank r's gradient / W is the one-process gradient of its slice;
+    the mean of the per-process losses is the one-process loss."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))  # spawn imports tests.plugin.*
+    mp.spawn(_worker, (world, str(tmp_path / "store"), str(tmp_path), str(device)), nprocs=world)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+    a, p, idx, q, k = (t.clone().requires_grad_(t.is_floating_point()) for t in _global(world))
+    loss = attentionnce_loss_func(a, p, idx, 0.2, 2.0, 0.3)
+    mloss = attentionnce_mocov3_loss_func(q, k.detach(), p.detach(), 0.2, 2.0, 0.3)
+    ga, gp = torch.autograd.grad(loss, (a, p))
+    (gq,) = torch.autograd.grad(mloss, q)
+    torch.testing.assert_close(torch.stack([r[0] for r in ranks]).mean(), loss.detach())
+    torch.testing.assert_close(torch.stack([r[1] for r in ranks]).mean(), mloss.detach())
+    for rank, (_, _, ra, rp, rq) in enumerate(ranks):
+        # the one-process gradients, cut as the ranks hold their tensors
+        want_a, want_p, _, want_q, _ = _slices(rank, world, ga, gp, idx, gq, gq)
+        torch.testing.assert_close(ra / world, want_a)
+        torch.testing.assert_close(rp / world, want_p)
+        torch.testing.assert_close(rq / world, want_q)

@@ -1,0 +1,65 @@
+"""The package as installed: the losses import with torch alone, and the wheel holds the library
+and every shipped config, without the benchmark."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BLOCKED = ("solo", "lightning", "pytorch_lightning", "hydra", "omegaconf", "timm", "torchvision")
+
+IMPORT_WITH_TORCH_ALONE = f"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {BLOCKED!r}:
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+import torch
+import attnce_plugin
+from attnce_plugin.losses import attentionnce_loss_func
+a, p = torch.randn(4, 8), torch.randn(2, 3, 8)
+print(float(attentionnce_loss_func(a, p, torch.arange(2))), attnce_plugin.__version__)
+"""
+
+
+def test_losses_import_and_run_with_torch_alone():
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORT_WITH_TORCH_ALONE], capture_output=True, text=True, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loss, version = proc.stdout.split()
+    assert float(loss) > 0 and version
+
+
+def test_wheel_holds_the_library_and_all_configs_only(tmp_path):
+    # Built from a copy, so that setuptools' build/ and egg-info stay out of the checkout.
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns(".git", ".gpucheck", "__pycache__", "*.egg-info", "build", ".*")
+    shutil.copytree(REPO, src, ignore=skip)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path / "dist"), str(src)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    wheel = zipfile.ZipFile(next((tmp_path / "dist").glob("attnce_plugin-*.whl")))
+    names = set(wheel.namelist())
+    assert {n.split("/")[0] for n in names} == {"attnce_plugin", f"{_dist_info(names)}"}
+    configs = {
+        str(p.relative_to(REPO)) for p in (REPO / "attnce_plugin" / "configs").rglob("*.yaml")
+    }
+    assert len(configs) > 20 and configs <= names, sorted(configs - names)
+    assert "attnce_plugin/configs/pretrain/cifar/attentionnce.yaml" in names
+    assert not any("benchmarks" in n or n.startswith("tests/") for n in names)
+    assert "attnce_plugin/losses.py" in names
+    entry_points = wheel.read(f"{_dist_info(names)}/entry_points.txt").decode()
+    for command in ("attnce-knn", "attnce-umap", "attnce-configs"):
+        assert f"{command} = attnce_plugin.cli:" in entry_points
+
+
+def _dist_info(names):
+    return next(n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info"))
