@@ -102,20 +102,19 @@ def _attention_nce(
     temperature: float,
     d_neg: float,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``(loss [n], beta [n, N])``: per-anchor ``logsumexp([pos, beta * n / tau]) - pos`` over
+    """``(loss [n], beta / tau [n, N])``: per-anchor ``logsumexp([pos, beta * n / tau]) - pos`` over
     the valid candidates, beta held constant (stop-gradient) as in the published code."""
     sim = anchors @ candidates.T
     with torch.no_grad():
-        num_valid = valid.sum(dim=1, keepdim=True)
+        k_tau = valid.sum(dim=1, keepdim=True).to(sim.dtype) / temperature
         attn = torch.softmax(torch.where(valid, sim / d_neg, float("-inf")), dim=1)
-        # A row without negatives (one image on one process) is NaN here: its beta is 0.
-        beta = torch.where(valid, (attn + BETA_EPS) * num_valid, 0.0)
-    neg = torch.where(valid, sim * (beta / temperature), float("-inf"))
+        # beta / tau. A row without negatives (one image on one process) is NaN here: it gets 0.
+        beta_tau = torch.where(valid, (attn + BETA_EPS) * k_tau, 0.0)
+    neg = torch.where(valid, sim * beta_tau, float("-inf"))
     # The max-shifted log-sum-exp of [pos, neg]; the shift is a constant for autograd.
     shift = torch.maximum(neg.detach().amax(dim=1), pos_logit.detach())
     sumexp = torch.exp(neg - shift.unsqueeze(1)).sum(dim=1) + torch.exp(pos_logit - shift)
-    loss = shift + sumexp.log() - pos_logit
-    return loss, beta
+    return shift + sumexp.log() - pos_logit, beta_tau
 
 
 def attentionnce_loss_func(
@@ -166,13 +165,14 @@ def attentionnce_loss_func(
         )
         local_idx = indexes.repeat(views)
         valid = local_idx.unsqueeze(1) != gather(local_idx, False).unsqueeze(0)
-        loss, beta = _attention_nce(
+        loss, beta_tau = _attention_nce(
             a, gather(a, True), pos_logit.T.reshape(-1), valid, temperature, d_neg
         )
         loss = loss.mean()
     if not return_attention:
         return loss
-    return loss, AttentionWeights(alpha.transpose(0, 1).reshape(-1, num_pos), beta, valid)
+    alpha = alpha.transpose(0, 1).reshape(-1, num_pos)
+    return loss, AttentionWeights(alpha, beta_tau * temperature, valid)
 
 
 def attentionnce_mocov3_loss_func(
@@ -230,11 +230,13 @@ def attentionnce_mocov3_loss_func(
         world, rank = world_and_rank()
         valid = torch.ones(b, world * b, dtype=torch.bool, device=q.device)
         valid[torch.arange(b), rank * b + torch.arange(b)] = False  # the query's own key
-        loss, beta = _attention_nce(q, all_keys, pos_logit.squeeze(1), valid, temperature, d_neg)
+        loss, beta_tau = _attention_nce(
+            q, all_keys, pos_logit.squeeze(1), valid, temperature, d_neg
+        )
         loss = loss.mean() * (2 * temperature)
     if not return_attention:
         return loss
-    return loss, AttentionWeights(alpha.squeeze(1), beta, valid)
+    return loss, AttentionWeights(alpha.squeeze(1), beta_tau * temperature, valid)
 
 
 @torch.no_grad()
