@@ -4,8 +4,7 @@ at the training size.
 For ``custom`` datasets solo-learn always validates at Resize(256) + CenterCrop(224): 32 px images
 would be upscaled to 224 px (~49x the compute, and features unlike the training crops). The runner
 declares :class:`ValidateAtTrainSize` under ``hydra.callbacks``; Hydra builds it before the task
-function runs, in every process. Everything else a run records comes from the plugin's own
-recorder (``diagnostics.record``), not from hooks.
+function runs, in every process.
 """
 
 from __future__ import annotations
@@ -16,28 +15,17 @@ from hydra.experimental.callback import Callback as HydraCallback
 
 
 def _patch_custom_val_transform(size: int, mean: Any, std: Any) -> None:
-    """Replace solo-learn's ``build_custom_pipeline`` by the same pipeline at ``size`` px.
-
-    Follows ``solo/data/classification_dataloader.py:build_custom_pipeline``; its caller
-    ``prepare_transforms`` looks the name up in the module's globals at call time.
-    """
+    """solo-learn's ``build_custom_pipeline`` at ``size`` px (``prepare_transforms`` looks it up
+    in the module's globals when called)."""
     import solo.data.classification_dataloader as cls_data
     from torchvision import transforms
 
     def build_custom_pipeline() -> Dict[str, Any]:
         resize = transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC)
         tail = [transforms.ToTensor(), transforms.Normalize(mean=mean, std=std)]
-        return {
-            # T_train is only used by main_linear.py; the same size, so it would not upscale.
-            "T_train": transforms.Compose(
-                [
-                    transforms.RandomResizedCrop(size, scale=(0.08, 1.0)),
-                    transforms.RandomHorizontalFlip(),
-                    *tail,
-                ]
-            ),
-            "T_val": transforms.Compose([resize, transforms.CenterCrop(size), *tail]),
-        }
+        val = transforms.Compose([resize, transforms.CenterCrop(size), *tail])
+        # T_train serves main_linear.py only, which the benchmark does not run.
+        return {"T_train": val, "T_val": val}
 
     cls_data.build_custom_pipeline = build_custom_pipeline
 

@@ -1,25 +1,24 @@
 """The benchmark's one change inside main_pretrain.py: validation at the training size
-(benchmarks/hooks.py), tested in-process."""
+(benchmarks/hooks.py), against solo-learn's own transform, in-process."""
 
 from __future__ import annotations
 
 import pytest
+from PIL import Image
 
-from attnce_plugin.solo_compat import require_solo
+from attnce_plugin.seam import require_solo
+from benchmarks.hooks import ValidateAtTrainSize, _patch_custom_val_transform
 
 require_solo()  # loudly: these tests need solo-learn
 
 
 def test_custom_val_transform_is_at_training_size() -> None:
     import solo.data.classification_dataloader as cls_data
-    from PIL import Image
-
-    from benchmarks.hooks import _patch_custom_val_transform
 
     original = cls_data.build_custom_pipeline
     try:
         _, t_val = cls_data.prepare_transforms("custom")
-        assert t_val(Image.new("RGB", (32, 32))).shape == (3, 224, 224)  # solo's default
+        assert t_val(Image.new("RGB", (32, 32))).shape == (3, 224, 224)  # solo's own
         _patch_custom_val_transform(32, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
         _, t_val = cls_data.prepare_transforms("custom")
         out = t_val(Image.new("RGB", (32, 32), (128, 128, 128)))
@@ -29,8 +28,6 @@ def test_custom_val_transform_is_at_training_size() -> None:
         cls_data.build_custom_pipeline = original
 
 
-def test_bad_size_is_refused() -> None:
-    from benchmarks.hooks import ValidateAtTrainSize
-
+def test_a_bad_size_is_refused() -> None:
     with pytest.raises(ValueError, match="hydra.callbacks.bench.size"):
         ValidateAtTrainSize(0)

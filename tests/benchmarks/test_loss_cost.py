@@ -1,73 +1,38 @@
-"""benchmarks.loss_cost: the authors' formulation against the float64 reference and solo-learn's
-SimCLR loss, the operation counter, the mask switch, and one tiny run's tables."""
+"""benchmarks.loss_cost: the calls it times are the losses (solo-learn's SimCLR loss is the
+AttentionNCE loss with one positive, the partner view, and flat negative attention), and a tiny
+run prints both tables."""
 
 from __future__ import annotations
 
-import pytest
 import torch
-from helpers import reference
 
-import attnce_plugin.attention as head
-from attnce_plugin.losses import attentionnce_loss_func
+from attnce_plugin.seam import require_solo
 from benchmarks import loss_cost
 
-
-@pytest.fixture
-def restore_mask_path(monkeypatch):
-    monkeypatch.setattr(head, "DENSE_MASK_DEVICES", head.DENSE_MASK_DEVICES)
-    monkeypatch.setattr(head, "DENSE_MASK_MAX_ENTRIES", head.DENSE_MASK_MAX_ENTRIES)
+require_solo()  # loudly: solo-learn's losses are the baselines
 
 
-def test_authors_loss_equals_the_float64_formula_and_overflows_where_theirs_does():
-    """Unique indexes, so their position mask is the index mask; at tau = 0.05 with a hard
-    negative their exp(beta * n / tau) overflows fp32 while the plugin's loss stays finite."""
-    g = torch.Generator().manual_seed(0)
-    anchors = torch.randn(2 * 6, 8, generator=g, dtype=torch.float64)
-    positives = torch.randn(6, 3, 8, generator=g, dtype=torch.float64)
-    want = reference.simclr_form(anchors, positives, torch.arange(6), 0.5, 1.0, 2.0)
-    got = loss_cost.authors_loss(anchors, positives, 0.5, 1.0, 2.0)
-    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
-
-    hard = anchors.float().clone()
-    hard[1] = hard[0] + 1e-3 * torch.randn(8, generator=g)  # image 1's anchor ~ image 0's
-    pos = positives.float()
-    assert not torch.isfinite(loss_cost.authors_loss(hard, pos, 0.05, 1.0, 0.01))
-    assert torch.isfinite(attentionnce_loss_func(hard, pos, torch.arange(6), 0.05, 1.0, 0.01))
+def test_every_call_returns_the_gradients_a_step_takes() -> None:
+    calls = loss_cost.loss_calls(8, 3, 16, torch.device("cpu"), 0.5, 1.0, 10.0)
+    assert list(calls) == ["solo_simclr", "ours", "solo_mocov3", "ours_moco"]
+    shapes = {name: [tuple(g.shape) for g in call()] for name, call in calls.items()}
+    assert shapes["solo_simclr"] == [(16, 16)] and shapes["ours"] == [(16, 16), (8, 3, 16)]
+    assert shapes["ours_moco"] == [(8, 16)]
 
 
-def test_authors_loss_is_solo_simclr_with_flat_attention_and_the_partner_as_positive():
-    """d_neg -> inf makes beta 1 (plain InfoNCE negatives); with identical views and the view as
-    the one positive, every row's positive is its partner, as in solo-learn's SimCLR loss."""
+def test_the_baseline_is_the_loss_it_is_compared_with() -> None:
     from solo.losses.simclr import simclr_loss_func
 
-    g = torch.Generator().manual_seed(1)
-    view = torch.randn(5, 16, generator=g, dtype=torch.float64)
-    anchors = torch.cat([view, view])
-    got = loss_cost.authors_loss(anchors, view.unsqueeze(1), 0.3, 1.0, 1e12)
-    want = simclr_loss_func(anchors, torch.arange(5).repeat(2), 0.3)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=0)
+    from attnce_plugin.losses import attentionnce_loss_func
+
+    view, idx = torch.randn(6, 8, generator=torch.Generator().manual_seed(0)), torch.arange(6)
+    # Two identical anchor views, the view its one positive: each anchor's positive is its
+    # partner, and d_neg -> inf makes beta 1: SimCLR's InfoNCE over the same negatives.
+    ours = attentionnce_loss_func(torch.cat([view, view]), view[:, None], idx, 0.3, 1.0, 1e12)
+    torch.testing.assert_close(ours, simclr_loss_func(torch.cat([view, view]), idx.repeat(2), 0.3))
 
 
-def test_count_ops_counts_kernels_not_views():
-    x = torch.randn(4, 3)
-
-    def call():
-        y = (x * 2).t().unsqueeze(0)  # mul, then two views
-        return (y.exp(), x.view(3, 4) + 1)  # exp, a view, add
-
-    assert loss_cost.count_ops(call) == 3
-
-
-def test_mask_switch_forces_each_path(restore_mask_path):
-    small = torch.arange(4)
-    loss_cost.set_mask_path("pairs")
-    assert isinstance(head.non_negatives(small, small)[0], tuple)
-    loss_cost.set_mask_path("dense")
-    large = torch.arange(2 * head.DENSE_MASK_MAX_ENTRIES)
-    assert isinstance(head.non_negatives(large[:8], large)[0], torch.Tensor)
-
-
-def test_tiny_run_writes_every_table(restore_mask_path, capsys, tmp_path):
+def test_a_tiny_run_prints_time_and_memory_tables(tmp_path, capsys) -> None:
     out = tmp_path / "loss.md"
     argv = [
         "--batches",
@@ -85,10 +50,7 @@ def test_tiny_run_writes_every_table(restore_mask_path, capsys, tmp_path):
     assert loss_cost.main(argv) == 0
     text = out.read_text()
     assert capsys.readouterr().out == text
-    for title in ("forward+backward time", "peak memory", "MoCo v3 form", "Finite", "Operations"):
-        assert title in text
-    rows = [line.strip("|").split("|") for line in text.splitlines() if line.startswith("| ")]
-    assert sum(r[0].strip() in ("4", "8") for r in rows) == 3 * 2 + 2  # 3 grid tables, finite
-    solo, dense, pairs = (int(c) for c in rows[-1][:3])
-    # The index-pair path dispatches more (sort, searchsorted, ...) than the dense comparison.
-    assert 0 < solo and 0 < dense < pairs
+    rows = [ln.strip("|").split("|") for ln in text.splitlines() if ln.startswith("| ")]
+    assert [r[0].strip() for r in rows if r[0].strip().isdigit()] == ["4", "8", "4", "8"]
+    assert "### Forward+backward time" in text and "### Peak memory" in text
+    assert all(r[-1].strip().endswith("x") for r in rows if r[0].strip().isdigit())

@@ -1,5 +1,7 @@
-"""Each run is a shipped config plus visible overrides, reused only when identical
-(benchmarks/runner.py). Composes configs; trains nothing."""
+"""The runner (benchmarks/runner.py): each run is a shipped config that differs only where its
+visible overrides say, with the run recorder attached through ``diagnostics.callbacks``; finished
+runs are reused; equal-time epochs come from timings on one CPU. Composes configs; trains nothing.
+"""
 
 from __future__ import annotations
 
@@ -10,39 +12,15 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import attnce_plugin
-from benchmarks.runner import (
-    BenchConfigError,
-    Budget,
-    Data,
-    Result,
-    _matched,
-    _Tail,
-    check_curve_epochs,
-    cpu_name,
-    epochs_at,
-    execute,
-    load_result,
-    parse_set,
-    prepare,
-    processor_name,
-    read_record,
-    save_result,
-    unmatchable,
-)
-from benchmarks.runs import METHODS, Run
+from attnce_plugin.seam import require_solo
+from benchmarks import runner
+from benchmarks.runs import METHODS, Row, Run
+
+require_solo()  # loudly: prepare() names solo-learn's main_pretrain.py
 
 
-def _budget(tmp_path: Path, *sets: str) -> Budget:
-    data = Data("fashion_mnist", str(tmp_path / "train"), str(tmp_path / "val"), "")
-    return Budget(data, batch_size=8, num_workers=0, sets=sets)
-
-
-def _shipped(name: str):
-    with initialize_config_module("attnce_plugin.configs", version_base="1.2"):
-        cfg = compose(name)
-    OmegaConf.resolve(cfg)
-    return cfg
+def _budget(tmp_path: Path, *sets: str, **kw) -> runner.Budget:
+    return runner.Budget(str(tmp_path / "train"), str(tmp_path / "val"), "", 8, sets=sets, **kw)
 
 
 def _flat(cfg) -> dict:
@@ -57,252 +35,96 @@ def _flat(cfg) -> dict:
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_run_differs_from_its_shipped_config_only_where_its_overrides_say(tmp_path, method):
-    prep = prepare(Run("row", method, "equal-epoch", 3, 2), _budget(tmp_path), tmp_path)
-    assert prep.config == f"pretrain/cifar/{METHODS[method][0]}.yaml"
-    shipped, run = _flat(_shipped(prep.config)), _flat(prep.resolved)
+def test_a_run_differs_from_its_shipped_config_only_where_its_overrides_say(tmp_path, method):
+    prep = runner.prepare(Run(Row(method, 4), 3, 2), _budget(tmp_path), tmp_path)
+    assert prep.config == f"pretrain/cifar/{METHODS[method][1]}.yaml"
+    with initialize_config_module("attnce_plugin.configs", version_base="1.2"):
+        shipped = _flat(
+            OmegaConf.create(OmegaConf.to_container(compose(prep.config), resolve=True))
+        )
+    run = _flat(prep.resolved)
     keys = {o.lstrip("+~").split("=")[0] for o in prep.overrides}
     changed = {k for k in shipped.keys() | run.keys() if shipped.get(k) != run.get(k)}
-    # trainer=cpu is a config group; the views' interpolations feed augmentations.*.
     explained = {k for k in changed if any(k == o or k.startswith(o + ".") for o in keys)}
-    group = {"accelerator", "devices", "strategy", "sync_batchnorm", "precision"}
-    group |= {"num_sanity_val_steps"}
-    rest = {k for k in changed - explained - group if not k.startswith("augmentations")}
-    assert rest == set(), rest
+    trainer_cpu = {"accelerator", "devices", "strategy", "sync_batchnorm", "precision",
+                   "num_sanity_val_steps"}  # fmt: skip
+    rest = {k for k in changed - explained - trainer_cpu if not k.startswith("augmentations")}
+    assert rest == set()
     assert run["seed"] == 3 and run["max_epochs"] == 2 and run["accelerator"] == "cpu"
-    assert run["diagnostics.record"] == str(prep.run_dir / "record.jsonl")
-    assert prep.command[2:6] == [
-        "--config-path", "pkg://attnce_plugin.configs", "--config-name", prep.config
-    ]  # fmt: skip
+    record = prep.resolved.diagnostics.callbacks.record
+    assert (record._target_, record.path) == ("benchmarks.recorder.RunRecorder",
+                                              str(prep.run_dir / "record.jsonl"))  # fmt: skip
+    assert "+hydra.callbacks.bench.size=32" in prep.command
 
 
-def test_baselines_are_the_attentionnce_configs_with_solo_losses_and_no_positives(tmp_path):
-    for method, loss in (("simclr", "simclr"), ("mocov3", "mocov3")):
-        cfg = prepare(Run("b", method, "equal-epoch", 0, 1), _budget(tmp_path), tmp_path).resolved
-        assert cfg.method_kwargs.loss == loss and cfg.views.num_positives == 0
-        assert sum(a.num_crops for a in cfg.augmentations) == 2  # the 2 anchor views only
-
-
-def test_set_values_come_last_and_only_for_their_method(tmp_path):
-    b = _budget(tmp_path, "optimizer.lr=0.3", "attentionnce:method_kwargs.d_neg=1")
-    att = prepare(Run("a", "attentionnce", "x", 0, 1), b, tmp_path)
-    sim = prepare(Run("s", "simclr", "x", 0, 1), b, tmp_path)
-    assert att.resolved.optimizer.lr == sim.resolved.optimizer.lr == 0.3
-    assert att.resolved.method_kwargs.d_neg == 1 and sim.resolved.method_kwargs.d_neg == 10
-    assert att.overrides[-1] == "++method_kwargs.d_neg=1"
-
-
-@pytest.mark.parametrize("method", sorted(METHODS))
-def test_crop_min_scale_reaches_every_pipeline_and_nothing_else(tmp_path, method):
+def test_the_baselines_and_controls_compose_to_their_losses(tmp_path):
     b = _budget(tmp_path)
-    b.crop_min_scale = 0.5
-    run = Run("a", method, "x", 0, 1)
-    scaled, base = prepare(run, b, tmp_path).resolved, prepare(run, _budget(tmp_path), tmp_path)
-    # what solo-learn's pipelines read: each full-size one the base's, at scale [0.5, 1]; the
-    # multicrop positives (small crops, their max scale below 1) unchanged
-    pipes = OmegaConf.to_container(base.resolved.augmentations)
-    for p in pipes:
-        if p["rrc"]["crop_max_scale"] == 1.0:
-            p["rrc"]["crop_min_scale"] = 0.5
-    assert OmegaConf.to_container(scaled.augmentations) == pipes
-    changed = {k for k, v in _flat(scaled).items() if _flat(base.resolved).get(k) != v}
-    assert changed <= {"augmentations", "views.positive_min_scale"}
-
-
-@pytest.mark.parametrize("text", ["no_equals", "=1", "byol:optimizer.lr=1"])
-def test_bad_set_is_refused(text):
-    with pytest.raises(BenchConfigError, match="--set"):
-        parse_set(text)
-
-
-def test_bad_override_is_refused_with_hydras_reason(tmp_path):
-    b = _budget(tmp_path)
-    b.overrides = ["method_kwargs=["]
-    with pytest.raises(BenchConfigError, match="pretrain/cifar/attentionnce.yaml"):
-        prepare(Run("a", "attentionnce", "x", 0, 1), b, tmp_path)
-
-
-def test_config_yaml_and_command_name_their_source(tmp_path):
-    prep = prepare(Run("a", "attentionnce", "x", 0, 1), _budget(tmp_path), tmp_path)
-    prep.write()
-    lines = (prep.run_dir / "config.yaml").read_text().splitlines()
-    assert (
-        lines[0]
-        == "# pretrain/cifar/attentionnce.yaml from attnce_plugin.configs, with these overrides:"
-    )
-    assert lines[1 : 1 + len(prep.overrides)] == [f"#   {o}" for o in prep.overrides]
-    assert "main_pretrain.py" in (prep.run_dir / "command.sh").read_text()
-
-
-def test_reuse_only_for_the_same_config_and_plugin_version(tmp_path, monkeypatch):
-    run = Run("a", "attentionnce", "x", 0, 1)
-    prep = prepare(run, _budget(tmp_path), tmp_path)
-    other = prepare(run, _budget(tmp_path, "optimizer.lr=0.3"), tmp_path)
-    assert prep.digest != other.digest
-    prep.run_dir.mkdir(parents=True)
-    save_result(
-        Result(run.key, "a", "attentionnce", "x", 0, 1, run_dir=str(prep.run_dir)), prep.digest
-    )
-    assert load_result(prep.run_dir, prep.digest).reused
-    assert load_result(prep.run_dir, other.digest) is None
-    before = prep.digest
-    monkeypatch.setattr(attnce_plugin, "__version__", "9.9.9")
-    assert prepare(run, _budget(tmp_path), tmp_path).digest != before
-    data = json.loads((prep.run_dir / "result.json").read_text())
-    (prep.run_dir / "result.json").write_text(json.dumps(dict(data, status="failed")))
-    assert load_result(prep.run_dir, prep.digest) is None  # a failed run is trained again
-
-
-def test_read_record_skips_a_half_written_line(tmp_path):
-    path = tmp_path / "record.jsonl"
-    path.write_text('{"event": "step", "loss": 1}\n{"event": "epoch", "epoch": 1}\n{"event": "ep')
-    assert read_record(path) == [{"event": "epoch", "epoch": 1}]
-    assert read_record(tmp_path / "missing.jsonl") == []
-
-
-def test_the_controls_compose_to_their_losses(tmp_path):
-    b = _budget(tmp_path)
-    views = prepare(Run("v", "simclr_views", "x", 0, 1), b, tmp_path).resolved
-    assert views.method_kwargs.loss == "simclr_all_views" and views.views.num_positives == 4
-    off = prepare(Run("o", "attentionnce_off", "x", 0, 1), b, tmp_path).resolved
-    assert off.method_kwargs.get("loss", "attentionnce") == "attentionnce"  # the default
+    for method, loss, positives in (("simclr", "simclr", 0), ("mocov3", "mocov3", 0),
+                                    ("simclr_views", "simclr_all_views", 4)):  # fmt: skip
+        cfg = runner.prepare(Run(Row(method, positives), 0, 1), b, tmp_path).resolved
+        assert cfg.method_kwargs.loss == loss and cfg.views.num_positives == positives
+    off = runner.prepare(Run(Row("attentionnce_off", 4), 0, 1), b, tmp_path).resolved
     assert off.method_kwargs.d_pos == off.method_kwargs.d_neg == 1e6
 
 
-def test_a_moved_record_points_at_its_new_folder(tmp_path):
-    old, new = tmp_path / "old" / "run", tmp_path / "committed" / "run"
-    old.mkdir(parents=True)
-    save_result(Result("k", "a", "attentionnce", "x", 0, 1, run_dir=str(old)), "d")
-    new.parent.mkdir()
-    old.rename(new)
-    assert load_result(new).run_dir == str(new)
+def test_set_values_come_late_and_only_for_their_method(tmp_path):
+    b = _budget(tmp_path, "optimizer.lr=0.3", "attentionnce:method_kwargs.d_neg=1")
+    att = runner.prepare(Run(Row("attentionnce", 4), 0, 1), b, tmp_path)
+    sim = runner.prepare(Run(Row("simclr"), 0, 1), b, tmp_path)
+    assert att.resolved.optimizer.lr == sim.resolved.optimizer.lr == 0.3
+    assert att.resolved.method_kwargs.d_neg == 1 and sim.resolved.method_kwargs.d_neg == 10
+    assert att.overrides[-1] == "++method_kwargs.d_neg=1"
+    for bad in ("no_equals", "=1", "byol:optimizer.lr=1"):
+        with pytest.raises(runner.BenchConfigError, match="--set"):
+            runner.parse_set(bad)
 
 
-def test_digest_ignores_where_the_run_and_its_data_lie(tmp_path):
-    def prep(out: str, cache: str, epochs: int = 1):
-        c = tmp_path / cache
-        data = Data("fashion_mnist", str(c / "fm" / "train"), str(c / "fm" / "val"), "", str(c))
-        return prepare(Run("a", "simclr", "x", 0, epochs), Budget(data, 8, 0), tmp_path / out)
-
-    here, there = prep("clone1", "cache1"), prep("clone2", "cache2")
-    assert str(tmp_path / "clone1") in " ".join(here.command)  # the command itself is unchanged
-    assert here.digest == there.digest  # a committed record is reused from another clone
-    assert prep("clone1", "cache1", epochs=2).digest != here.digest
-    kept = Budget(Data("fashion_mnist", "t", "v", ""), 8, 0, curve_every=1)
-    plain = Budget(Data("fashion_mnist", "t", "v", ""), 8, 0)
-    run = Run("a", "simclr", "x", 0, 3)
-    # Keeping checkpoints changes nothing that is trained: the same digest.
-    assert prepare(run, kept, tmp_path).digest == prepare(run, plain, tmp_path).digest
+@pytest.mark.parametrize("method", ["attentionnce", "mocov3_attentionnce"])
+def test_the_crop_scale_reaches_every_pipeline(tmp_path, method):
+    cfg = runner.prepare(Run(Row(method, 4), 0, 1), _budget(tmp_path, crop_min_scale=0.5),
+                         tmp_path).resolved  # fmt: skip
+    assert {p.rrc.crop_min_scale for p in cfg.augmentations} == {0.5}
 
 
-def test_the_runners_poll_reads_each_finished_epoch_line_once(tmp_path):
-    path = tmp_path / "record.jsonl"
-    tail = _Tail(path)
-    assert tail.new_epochs() == []  # no file yet
-    path.write_text('{"event": "step", "epoch": 1}\n{"event": "epoch", "epoch": 1}\n{"event": "ep')
-    assert tail.new_epochs() == [{"event": "epoch", "epoch": 1}]
-    with path.open("a") as fh:
-        fh.write('och", "epoch": 2}\n')
-    assert tail.new_epochs() == [{"event": "epoch", "epoch": 2}]
-    assert tail.new_epochs() == []
+def test_a_bad_override_is_refused_with_hydras_reason(tmp_path):
+    with pytest.raises(runner.BenchConfigError, match="pretrain/cifar/attentionnce.yaml"):
+        runner.prepare(Run(Row("attentionnce"), 0, 1), _budget(tmp_path, overrides=["x=["]),
+                       tmp_path)  # fmt: skip
 
 
-def test_curve_checkpoints_come_after_every_other_override(tmp_path):
-    budget = _budget(tmp_path)
-    budget.overrides, budget.curve_every = ["++checkpoint.keep_prev=False"], 5
-    ovr = prepare(Run("a", "simclr", "x", 0, 11), budget, tmp_path).overrides
-    assert ovr[-2:] == ["++checkpoint.frequency=5", "++checkpoint.keep_prev=True"]
-    assert epochs_at(Path("simclr-fashion_mnist-seed0-0-ep=10.ckpt")) == 11
-    assert epochs_at(Path("last.ckpt")) == 0
-    timed = Run("t", "simclr", "equal-time", 0, 7, matched_to="a")
-    assert not any("frequency" in o for o in prepare(timed, budget, tmp_path).overrides)
+def _finish(out: Path, run: Run, seconds: float, cpu: str = "A") -> None:
+    folder = out / "runs" / run.key
+    folder.mkdir(parents=True)
+    result = runner.new_result(run, seconds_per_epoch=seconds, cpu=cpu, run_dir=str(folder))
+    runner.save_result(result)
 
 
-def test_curve_epochs_must_end_on_a_saved_checkpoint():
-    check_curve_epochs(
-        [Run("a", "simclr", "x", 0, 21), Run("t", "simclr", "y", 0, 8, matched_to="b")], 10
-    )
-    with pytest.raises(BenchConfigError, match=r"epochs \[20\] would end between two \(e.g. 11"):
-        check_curve_epochs([Run("a", "simclr", "x", 0, 20)], 10)
+def test_finished_runs_are_reused_and_time_matched_from_their_lowest_seed(tmp_path, monkeypatch):
+    base, target = Run(Row("simclr"), 1, 10), Run(Row("attentionnce", 4), 1, 10)
+    _finish(tmp_path, base, 10.0)
+    _finish(tmp_path, target, 25.0)
+    _finish(tmp_path, Run(Row("simclr"), 2, 10), 99.0)  # seed 2 has no target: not used
+    timed = Run(Row("simclr", comparison="equal-time", time_of=Row("attentionnce", 4)), 2, 0)
+    monkeypatch.setattr(runner, "launch", lambda *a, **k: pytest.fail("a finished run trained"))
+    results = runner.execute([base, target, timed], _budget(tmp_path), tmp_path, dry_run=True)
+    assert [r["key"] for r in results] == [base.key, target.key]  # reused; the last is written
+    assert "++max_epochs=25" in (tmp_path / "runs" / timed.key / "config.yaml").read_text()
+    assert runner.equal_time_epochs(timed, [], tmp_path) == 25
 
 
-@pytest.mark.parametrize("cpus, expected", [(("A", "A"), 44), (("", "B"), 44), (("A", "B"), None)])
-def test_equal_time_epochs_come_only_from_timings_on_one_cpu(cpus, expected):
-    # MoCo v3 at 10 s per epoch against the MoCo form at 15 s: 29 x 15 / 10 = 43.5 -> 44 epochs.
-    # An empty cpu is a record from before the field: its seconds are trusted, as they were.
-    def timed(label: str, method: str, seconds: float, cpu: str) -> Result:
-        return Result(
-            label, label, method, "equal-epoch", 0, 29, seconds_per_epoch=seconds, cpu=cpu
-        )
-
-    done = [timed("MoCo v3", "mocov3", 10.0, cpus[0])]
-    done.append(timed("MoCo v3 + AttentionNCE (M=4)", "mocov3_attentionnce", 15.0, cpus[1]))
-    run = Run("t", "mocov3", "equal-time", 0, 0, matched_to="MoCo v3 + AttentionNCE (M=4)")
-    got = _matched(run, done, {}, 0)
-    if expected is None:
-        assert got == (
-            "'MoCo v3' trained on 'A' and 'MoCo v3 + AttentionNCE (M=4)' on 'B': their seconds do "
-            "not compare, so the equal-time epochs are unknown (train both on one CPU)"
-        )
-    else:
-        assert got == expected
+def test_no_time_match_across_two_cpus(tmp_path):
+    _finish(tmp_path, Run(Row("mocov3"), 0, 29), 10.0, "A")
+    _finish(tmp_path, Run(Row("mocov3_attentionnce", 4), 0, 29), 15.0, "B")
+    timed = Run(Row("mocov3", comparison="equal-time", time_of=Row("mocov3_attentionnce", 4)), 0, 0)
+    assert "their seconds do not compare" in str(runner.equal_time_epochs(timed, [], tmp_path))
+    data = json.loads((tmp_path / "runs" / "equal-epoch/MoCo-v3/seed0/result.json").read_text())
+    assert data["cpu"] == "A" and data["run_dir"] == ""  # a record names no machine's path
 
 
-def test_a_record_keeps_its_cpu_and_an_older_one_has_none(tmp_path):
-    save_result(Result("k", "a", "simclr", "x", 0, 1, run_dir=str(tmp_path), cpu="AMD EPYC"), "d")
-    assert load_result(tmp_path, "d").cpu == "AMD EPYC"
-    data = json.loads((tmp_path / "result.json").read_text())
-    del data["cpu"]  # a record written before the field
-    (tmp_path / "result.json").write_text(json.dumps(data))
-    assert load_result(tmp_path, "d").cpu == ""
-
-
-def test_a_part_leaves_out_another_parts_row_that_cannot_be_time_matched(tmp_path):
-    # MoCo v3 and the MoCo form timed on two CPUs: the part that owns the equal-time row shows
-    # why it cannot run; any other part leaves that row out instead of failing over it.
-    form = "MoCo v3 + AttentionNCE (M=4)"
-    timed = [Run("MoCo v3", "mocov3", "equal-epoch", 0, 2), Run(form, "mocov3_attentionnce",
-             "equal-epoch", 0, 2, settings=("++views.num_positives=4",))]  # fmt: skip
-    budget = _budget(tmp_path)
-    for run, cpu in zip(timed, ("A", "B")):
-        prep = prepare(run, budget, tmp_path)
-        prep.run_dir.mkdir(parents=True)
-        done = Result(run.key, run.label, run.method, run.comparison, 0, 2,
-                      seconds_per_epoch=1.0, run_dir=str(prep.run_dir), cpu=cpu)  # fmt: skip
-        save_result(done, prep.digest)
-    late = Run("MoCo v3 (time of it)", "mocov3", "equal-time", 0, 0, matched_to=form)
-    runs = [*timed, late]
-    others = execute(runs, budget, tmp_path, only={"elsewhere/seed0"})
-    assert [(r.label, r.cpu) for r in others] == [("MoCo v3", "A"), (form, "B")]
-    (own,) = [r for r in execute(runs, budget, tmp_path, only={late.key}) if r.label == late.label]
-    assert own.status == "skipped" and "their seconds do not compare" in own.error
-
-
-def test_a_gpu_run_records_the_gpu_it_timed(monkeypatch):
-    import torch
-
-    assert processor_name(OmegaConf.create({"accelerator": "cpu"})) == cpu_name()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
-    assert processor_name(OmegaConf.create({"accelerator": "gpu"})) == "NVIDIA H200"
-    assert processor_name(OmegaConf.create({"accelerator": "cpu"})) == cpu_name()
-
-
-@pytest.mark.parametrize("cpus, skipped", [(("A", "A"), False), (("A", "B"), True)])
-def test_report_only_says_why_an_equal_time_row_cannot_run(cpus, skipped):
-    # --report-only trains nothing, so it must find the CPU mismatch in the records themselves.
-    form = "MoCo v3 + AttentionNCE (M=4)"
-    done = [
-        Result(label, label, method, "equal-epoch", 0, 29, seconds_per_epoch=sec, cpu=cpu)
-        for label, method, sec, cpu in zip(
-            ("MoCo v3", form), ("mocov3", "mocov3_attentionnce"), (9.0, 13.5), cpus
-        )
-    ]
-    late = [Run("MoCo v3 (time)", "mocov3", "equal-time", s, 0, matched_to=form) for s in (0, 1)]
-    got = unmatchable([Run("MoCo v3", "mocov3", "equal-epoch", 0, 29), *late], done)
-    want = [(r.key, "skipped") for r in late] if skipped else []
-    assert [(r.key, r.status) for r in got] == want
-    assert all("their seconds do not compare" in r.error for r in got)
-    # A run that has a record (a failed one loads as a dict) is not listed again.
-    again = unmatchable(late, [*done, {"key": late[0].key, "status": "failed"}])
-    assert [r.key for r in again] == ([late[1].key] if skipped else [])
+def test_a_failed_record_is_trained_again(tmp_path):
+    run = Run(Row("simclr"), 0, 1)
+    _finish(tmp_path, run, 1.0)
+    path = tmp_path / "runs" / run.key / "result.json"
+    assert runner.load_result(path.parent)["run_dir"] == str(path.parent)
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), status="failed")))
+    assert runner.load_result(path.parent) is None

@@ -1,7 +1,7 @@
 """scripts/gpu_check.sh: ``prepare`` builds the bundle, ``run --cpu`` runs every command of the GPU
-check on this CPU (the marked tests narrowed to one, as they already run in this suite; the step
-cost of two methods) and leaves its tables under $OUT; without the bundle ``run`` stops at once,
-saying what to run."""
+check on this CPU (the marked tests narrowed to the one below, as the others run in this suite;
+the step cost of two methods) and leaves its tables under $OUT; without the bundle ``run`` stops
+at once, saying what to run."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
-from attnce_plugin.solo_compat import require_solo
+from attnce_plugin.losses import attentionnce_loss_func
+from attnce_plugin.seam import require_solo
 
 require_solo()  # loudly: prepare copies solo-learn's checkout
 
@@ -52,17 +54,18 @@ def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
     assert size <= 48 * 2**20
 
     out = tmp_path / "out"
-    test = "tests/plugin/losses/test_losses_numerics.py::test_sixteen_positives_under_autocast"
+    test = "tests/scripts/test_gpu_check.py::test_the_loss_on_the_device"
     proc = _sh("run", "--cpu", OUT=str(out), GPUCHECK_TESTS=test)
     assert proc.returncode == 0, proc.stdout[-3000:]
     summary = {r[0]: r for r in _table_rows(out / "summary.md")}
     names = ["env", "tests", "loss_cost", "step_cost_32", "step_cost_bf16-mixed"]
     assert list(summary) == names and all(summary[n][1] == "0" for n in names), summary
     assert "torchmetrics 0.11.4" in (out / "env.log").read_text()  # the bundle's, first on the path
-    assert "2 passed" in (out / "tests.log").read_text()  # the two dtypes of the one test
-    assert "\ntests: 2 passed" in (out / "summary.md").read_text()  # the verdict comes back there
+    assert "1 passed" in (out / "tests.log").read_text()
+    assert "\ntests: 1 passed" in (out / "summary.md").read_text()  # the verdict comes back there
     assert (out / "tests.xml").is_file()
-    assert len(_table_rows(out / "loss_cost.md")) >= 4  # B x M rows of the first table
+    rows = _table_rows(out / "loss_cost.md")  # both tables: B x M rows each
+    assert [r[0] for r in rows if r[0].isdigit()] == ["32", "32", "128", "128"] * 2
     for precision in ("32-true", "bf16-mixed"):
         name = "step_cost_32" if precision == "32-true" else "step_cost_bf16-mixed"
         rows = _table_rows(out / f"{name}.md")
@@ -75,3 +78,14 @@ def test_run_without_the_bundle_says_to_prepare(tmp_path):
     shutil.copy(SCRIPT, tmp_path / "scripts" / "gpu_check.sh")
     proc = _sh("run", "--cpu", cwd=tmp_path, OUT=str(tmp_path / "out"))
     assert proc.returncode == 2 and "gpu_check.sh prepare" in proc.stdout, proc.stdout
+
+
+@pytest.mark.gpu
+def test_the_loss_on_the_device(device):
+    """What `run` selects: a loss call and its gradient, finite, on the --device given."""
+    g = torch.Generator().manual_seed(0)
+    anchors = torch.randn(16, 8, generator=g).to(device).requires_grad_(True)
+    loss = attentionnce_loss_func(anchors, torch.randn(8, 4, 8, generator=g).to(device),
+                                  torch.arange(8, device=device))  # fmt: skip
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(anchors.grad).all()

@@ -1,0 +1,154 @@
+"""``RunRecorder``: the benchmark's run record, one JSON line per training step and per epoch, the
+same on every machine (Lightning's loggers are not). The runner attaches it through the plugin's
+``diagnostics.callbacks`` (each entry built by ``hydra.utils.instantiate``). Written on global
+rank 0, appended to, in the format of every committed record::
+
+    {"event": "fit_start", "max_epochs", "num_training_batches", "precision", "world_size",
+     "sync_batchnorm_layers"}
+    {"event": "step", "step", "epoch", "loss"}
+    {"event": "epoch", "epoch" (1-based), "train_seconds", "elapsed_seconds",
+     "{data,forward,backward,optimizer}_seconds", "val_seconds", "peak_rss_mib",
+     "peak_cuda_mib", <every scalar of trainer.callback_metrics>}
+    {"event": "fit_end", "elapsed_seconds", "peak_rss_mib", "peak_cuda_mib"}
+
+``train_seconds``: the epoch's start to its last batch's end (validation excluded; on a GPU the
+last batch waited for). Step losses stay on the device until the epoch ends: no host sync a step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+from lightning.pytorch.callbacks import Callback
+
+#: The phases of a step the epoch record sums: loader wait, training_step, backward, the rest (the
+#: optimizer). Lightning runs this callback's on_train_batch_end before the module's, so a momentum
+#: method's EMA update (solo-learn's, in that hook) lands in the next step's "data" phase.
+PHASES = ("data", "forward", "backward", "optimizer")
+
+
+def _scalar(value: Any) -> Optional[float]:
+    """A one-element tensor or a real number as a float, else None."""
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().float().cpu()) if value.numel() == 1 else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _json(value: float) -> Optional[float]:
+    return value if math.isfinite(value) else None  # JSON has no NaN/inf: null
+
+
+class RunRecorder(Callback):
+    """Append the run's timing and metrics to ``path`` as JSON lines (see the module docstring)."""
+
+    def __init__(self, path: Union[str, Path]) -> None:
+        if not str(path):
+            raise ValueError("RunRecorder needs a file path, got an empty one")
+        self.path = Path(path)
+        self._fit_start = self._epoch_start = self._last_batch_end = self._mark_at = None
+        self._val_start: Optional[float] = None
+        self._steps: List[Tuple[int, int, torch.Tensor]] = []  # (step, epoch, loss on device)
+        self._phases: Dict[str, float] = {}
+        self._val_seconds = 0.0
+
+    def _write(self, trainer: Any, *records: Dict[str, Any]) -> None:
+        if trainer.is_global_zero:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as fh:
+                fh.writelines(json.dumps(record) + "\n" for record in records)
+
+    def _peaks(self, pl_module: Any) -> Dict[str, Any]:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+        on_cuda = torch.cuda.is_available() and getattr(pl_module.device, "type", "") == "cuda"
+        cuda = torch.cuda.max_memory_allocated() / 2**20 if on_cuda else None
+        return {"peak_rss_mib": rss / (2**20 if sys.platform == "darwin" else 2**10),
+                "peak_cuda_mib": cuda}  # fmt: skip
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        self._fit_start = time.perf_counter()
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        # Here, not at fit start: the training loader (and so its length) exists from now on.
+        batches = trainer.num_training_batches
+        self._write(trainer, {
+            "event": "fit_start", "max_epochs": trainer.max_epochs,
+            "num_training_batches": batches if math.isfinite(batches) else None,
+            "precision": str(trainer.precision), "world_size": trainer.world_size,
+            "sync_batchnorm_layers": sum(isinstance(m, torch.nn.SyncBatchNorm)
+                                         for m in pl_module.modules()),
+        })  # fmt: skip
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._epoch_start = self._mark_at = time.perf_counter()
+        self._last_batch_end, self._steps, self._val_seconds = None, [], 0.0
+        self._phases = dict.fromkeys(PHASES, 0.0)
+
+    def _mark(self, phase: str) -> None:
+        """Add the seconds since the last mark to ``phase``: host time, so on a GPU a phase ends
+        when its kernels are queued (only the epoch total waits for them)."""
+        now = time.perf_counter()
+        if self._mark_at is not None and phase in self._phases:
+            self._phases[phase] += now - self._mark_at
+        self._mark_at = now
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
+        self._mark("data")
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        self._mark("forward")
+
+    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+        self._mark("backward")
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._val_start = time.perf_counter()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._val_start is not None and not trainer.sanity_checking:
+            self._val_seconds += time.perf_counter() - self._val_start
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):  # global_step already counts this step
+            self._steps.append((trainer.global_step - 1, trainer.current_epoch, loss.detach()))
+        if pl_module.device.type == "cuda" and idx + 1 >= trainer.num_training_batches:
+            torch.cuda.synchronize(pl_module.device)  # the epoch's time includes its last batch
+        self._mark("optimizer")
+        self._last_batch_end = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        # Lightning 2.x ran the epoch's validation before this hook: its metrics are in
+        # callback_metrics, and the training time stopped at the last batch, before it.
+        now = time.perf_counter()
+        end = self._last_batch_end or now
+        losses = torch.stack([x.float() for _, _, x in self._steps]).tolist() if self._steps else []
+        steps = [{"event": "step", "step": step, "epoch": epoch, "loss": _json(value)}
+                 for (step, epoch, _), value in zip(self._steps, losses)]  # fmt: skip
+        self._steps = []
+        record: Dict[str, Any] = {
+            "event": "epoch", "epoch": trainer.current_epoch + 1,
+            "train_seconds": end - (self._epoch_start or end),
+            "elapsed_seconds": now - (self._fit_start or now),
+            **{f"{phase}_seconds": value for phase, value in self._phases.items()},
+            "val_seconds": self._val_seconds, **self._peaks(pl_module),
+        }  # fmt: skip
+        for key, value in trainer.callback_metrics.items():
+            number = _scalar(value)
+            if number is not None and key not in record:
+                record[key] = _json(number)
+        self._write(trainer, *steps, record)
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        now = time.perf_counter()
+        elapsed = now - (self._fit_start or now)
+        self._write(trainer, {"event": "fit_end", "elapsed_seconds": elapsed,
+                              **self._peaks(pl_module)})  # fmt: skip
