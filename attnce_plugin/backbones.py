@@ -5,7 +5,7 @@ padding-1 first convolution, no max-pool and no classification layer, for every 
 too, whose images it trains at 32 px. solo-learn gives that stem only to ``cifar10`` / ``cifar100``
 (with padding 2), and ResNet's ImageNet stem (7x7, stride 2, max-pool) to STL-10, which at 32 px
 leaves 8x8 feature maps after the stem. The paper configs therefore use these backbones, which
-:func:`attnce_plugin.patches.add_backbones` adds to solo-learn's ``BaseMethod._BACKBONES`` (new
+:func:`attnce_plugin.seam.register` adds to solo-learn's ``BaseMethod._BACKBONES`` (new
 names only). Their names do not start with ``resnet``, so solo-learn's scripts leave the stem as
 built here on every dataset and read the feature size from ``num_features``.
 """

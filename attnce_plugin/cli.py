@@ -33,6 +33,9 @@ def run_solo_script(script: str, argv: Sequence[str]) -> None:
 
 def complete_knn_argv(argv: Sequence[str]) -> List[str]:
     """``argv`` plus :data:`KNN_DEFAULTS` for the options not given, as solo-learn parses them."""
+    from attnce_plugin.seam import require_solo
+
+    require_solo()
     from solo.args.knn import parse_args_knn
 
     saved, sys.argv = sys.argv, ["main_knn.py", *argv]

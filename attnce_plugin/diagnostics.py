@@ -1,8 +1,7 @@
-"""``AttentionDiagnostics``: how much the attention weighs, and the health of the representation
-(docs/design.md, "Diagnostics"); switched on by ``diagnostics.enabled``.
+"""``AttentionDiagnostics``: the health of the representation (docs/design.md, "Diagnostics");
+switched on by ``diagnostics.enabled``. The attention's activity (``train_attn_*``) the methods log
+themselves, every ``method_kwargs.attention_log_every`` batches, diagnostics or not.
 
-* ``train_attn_{eff_num_positives, alpha_entropy, max_beta, eff_num_negatives}`` every
-  ``method_kwargs.attention_log_every`` batches (:func:`attnce_plugin.losses.attention_stats`);
 * ``train_repr_alignment`` of the 2 anchor views (Wang & Isola, 2020) and the nominal mutual
   information bound ``train_repr_mi_bound = log(K + 1) - loss``, every batch;
 * ``val_repr_{feats,z}_{uniformity,eff_rank}`` at each validation end: uniformity (Wang & Isola)
@@ -65,11 +64,6 @@ class AttentionDiagnostics(Callback):
         step, pl_module.diagnostics_step = getattr(pl_module, "diagnostics_step", None), None
         if step is None:  # MoCo v3's own loss
             return
-        for name, value in step["attention"].items():
-            reduce = "max" if name == "max_beta" else "mean"
-            pl_module.log(
-                f"train_attn_{name}", value, on_epoch=True, sync_dist=True, reduce_fx=reduce
-            )
         views = step["anchor_views"]
         values = {
             "alignment": alignment(views[0], views[1]),
@@ -92,8 +86,11 @@ class AttentionDiagnostics(Callback):
             return
         feats, self._features = self._features[0], []
         batch = {"feats": feats.float().cpu()}
-        if getattr(pl_module, "projector", None) is not None:
-            batch["z"] = pl_module.projector(feats).float().cpu()
+        projector = getattr(pl_module, "projector", None)
+        if projector is not None:
+            # Outside autocast here: mixed-precision features meet the projector's fp32 weights.
+            weight = next(projector.parameters())
+            batch["z"] = projector(feats.to(weight.dtype)).float().cpu()
         # A uniform random subset in O(max_samples) memory: the smallest random keys.
         keys = torch.cat(
             [self._keys, torch.rand(len(feats), generator=self._gen, dtype=torch.float64)]

@@ -64,7 +64,7 @@ class _GatherWithGrad(torch.autograd.Function):
 def gather(x: torch.Tensor, with_grad: bool) -> torch.Tensor:
     """``x`` [n, ...] of every process, rank-major [W*n, ...]; ``x`` itself on one process."""
     if world_and_rank()[0] == 1:
-        return x
+        return x if with_grad else x.detach()
     if with_grad:
         return torch.cat(_GatherWithGrad.apply(x))
     out = [torch.empty_like(x) for _ in range(dist.get_world_size())]

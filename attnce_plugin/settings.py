@@ -7,6 +7,7 @@ with the default; here it stops the run before the network is built.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 from dataclasses import asdict, dataclass, fields
@@ -20,7 +21,7 @@ class MethodConfigError(ValueError):
     """A setting of the plugin's methods is unknown, missing or out of range."""
 
 
-_ALLOWED = {"float": "a number > 0", "int": "an integer >= 1", "bool": "true or false"}
+_ALLOWED = {"float": "a finite number > 0", "int": "an integer >= 1", "bool": "true or false"}
 
 
 @dataclass
@@ -42,7 +43,9 @@ class _Kwargs:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "float" and not (math.isfinite(value) and value > 0):
-                raise MethodConfigError(f"method_kwargs.{f.name} must be a number > 0, got {value}")
+                raise MethodConfigError(
+                    f"method_kwargs.{f.name} must be a finite number > 0, got {value}"
+                )
             if f.type == "int" and value < 1:
                 raise MethodConfigError(
                     f"method_kwargs.{f.name} must be an integer >= 1, got {value}"
@@ -99,7 +102,9 @@ def read_method_kwargs(cfg: DictConfig, schema: type) -> Any:
         MethodConfigError: an unknown, missing or bad key, with the allowed keys or values.
     """
     allowed = ", ".join(f.name for f in fields(schema))
-    given = cfg.get("method_kwargs") or {}
+    # 0.5's method_kwargs.compile is gone; dropped here so that 0.5 checkpoints (args.json) load.
+    given = copy.deepcopy(cfg.get("method_kwargs") or {})
+    given.pop("compile", None)
     try:
         kwargs = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), given))
     except ConfigKeyError as err:

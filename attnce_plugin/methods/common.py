@@ -56,7 +56,14 @@ class AttentionNCECommon:
         """What the ``parse_cfg`` wrapper checks before solo-learn parses: the settings, DALI's
         indexes and the crop roles. Returns M, the positive crops per image."""
         kwargs = cls.read_kwargs(cfg)
-        check_dali_indexes(cfg)
+        if cls.BASE_LOSS == "simclr":  # the SimCLR form masks negatives by index; MoCo by position
+            check_dali_indexes(cfg)
+        unknown = set(cfg.get("diagnostics") or {}) - {"enabled", "callbacks"}
+        if unknown:
+            raise MethodConfigError(
+                f"diagnostics.{sorted(unknown)[0]} is not a diagnostics key; allowed keys: enabled "
+                "(true or false), callbacks (name: {_target_: ...})"
+            )
         return num_positives(cfg.get("augmentations"), required=kwargs.loss != cls.BASE_LOSS)
 
     @classmethod
@@ -75,6 +82,10 @@ class AttentionNCECommon:
         # output map, solo/data/dali_dataloader.py:797-800); solo-learn's step gets the anchors
         # alone (base.py:247-251,510-516) and the method forwards the positives itself.
         self.num_positive_crops = int(cfg.data.num_small_crops)
+        if self.num_positive_crops == 0 and self.kwargs.loss != self.BASE_LOSS:
+            raise MethodConfigError(
+                f"method_kwargs.loss={self.kwargs.loss} needs positive crops: data.num_small_crops=0"
+            )
         self.num_small_crops, self.num_crops, self.multicrop = 0, 2, False
         #: What the diagnostics callback reads of the last training step.
         self.diagnostics_step: Optional[Dict[str, Any]] = None
@@ -129,8 +140,14 @@ class AttentionNCECommon:
         nce_nats: torch.Tensor,
         num_negatives: int,
     ) -> None:
-        """Keep, detached, what the diagnostics callback logs of this step."""
+        """Log the attention's activity (every ``attention_log_every`` batches, whatever the
+        diagnostics say: it belongs beside every result); keep, detached, what the diagnostics
+        callback logs of this step."""
         stats = mean_stats([attention_stats(w) for w in weights]) if weights else {}
+        for name, value in stats.items():
+            reduce = "max" if name == "max_beta" else "mean"
+            log = self.log  # type: ignore[attr-defined]
+            log(f"train_attn_{name}", value, on_epoch=True, sync_dist=True, reduce_fx=reduce)
         self.diagnostics_step = {
             "attention": stats,
             "anchor_views": [z.detach() for z in anchor_views[:2]],

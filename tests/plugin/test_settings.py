@@ -80,12 +80,12 @@ def test_missing_required_key_is_named(key):
 @pytest.mark.parametrize(
     "key,value,message",
     [
-        ("d_neg", 0, "method_kwargs.d_neg must be a number > 0, got 0.0"),
-        ("d_neg", -1, "method_kwargs.d_neg must be a number > 0, got -1.0"),
-        ("d_neg", float("nan"), "method_kwargs.d_neg must be a number > 0, got nan"),
-        ("d_neg", float("inf"), "method_kwargs.d_neg must be a number > 0, got inf"),
-        ("d_pos", "inf", "method_kwargs.d_pos must be a number > 0, got inf"),
-        ("temperature", 0.0, "method_kwargs.temperature must be a number > 0, got 0.0"),
+        ("d_neg", 0, "method_kwargs.d_neg must be a finite number > 0, got 0.0"),
+        ("d_neg", -1, "method_kwargs.d_neg must be a finite number > 0, got -1.0"),
+        ("d_neg", float("nan"), "method_kwargs.d_neg must be a finite number > 0, got nan"),
+        ("d_neg", float("inf"), "method_kwargs.d_neg must be a finite number > 0, got inf"),
+        ("d_pos", "inf", "method_kwargs.d_pos must be a finite number > 0, got inf"),
+        ("temperature", 0.0, "method_kwargs.temperature must be a finite number > 0, got 0.0"),
         ("d_neg", "abc", "method_kwargs.d_neg: Value 'abc'"),
         ("d_pos", True, "method_kwargs.d_pos: Value 'True'"),
         ("attention_log_every", 0, "method_kwargs.attention_log_every must be an integer >= 1"),
