@@ -85,7 +85,8 @@ def pretrain_argv(
 ) -> List[str]:
     """Command line of ``main_pretrain.py`` for a shipped config, shrunk to a CPU smoke run
     (``trainer=cpu``); with ``record``, the run's steps and epochs go to that JSON-lines file
-    (the benchmark's recorder, attached through ``diagnostics.callbacks``; :func:`read_records`)."""
+    (the benchmark's recorder, attached through ``diagnostics.callbacks``; ``benchmarks.report.read_records``).
+    """
     from attnce_plugin.configs import config_dir
     from attnce_plugin.seam import solo_checkout_dir
 
@@ -124,10 +125,3 @@ def pretrain_argv(
     else:
         argv.append("~data.val_path")
     return argv + list(extra)
-
-
-def read_records(path: Path) -> List[Dict]:
-    """The JSON lines the benchmark's recorder wrote: ``fit_start``, ``step``, ``epoch`` events."""
-    import json
-
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

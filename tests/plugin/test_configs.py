@@ -1,5 +1,5 @@
 """The shipped configs: every primary config composes, passes the parse_cfg wrapper and builds its
-method; the paper recipe holds the authors' values (/work/shared/docs/attentionnce.md). Training
+method; the paper recipe holds the authors' values (docs/paper-recipe.md). Training
 through solo-learn's scripts is in test_scripts.py. FAILS, never skips, without solo-learn."""
 
 from __future__ import annotations

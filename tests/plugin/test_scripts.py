@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from attnce_plugin.seam import require_solo, solo_checkout_dir
+from benchmarks.report import read_records
 
 require_solo()
 
-from helpers.configs import pretrain_argv, read_records  # noqa: E402
+from helpers.configs import pretrain_argv  # noqa: E402
 from helpers.scripts import find_checkpoints, run_script  # noqa: E402
 
 pytestmark = pytest.mark.integration
