@@ -31,20 +31,47 @@ def test_rows_are_the_shipped_configs_with_the_run_tables_switches(method, loss,
 
 
 @pytest.mark.integration
-def test_a_tiny_cpu_run_writes_one_row(tmp_path, capsys):
+def test_a_tiny_cpu_run_writes_a_method_row_and_its_bound(tmp_path, capsys):
     out = tmp_path / "step.md"
     argv = ["--methods", "attentionnce", "--batch-size", "4", "--steps", "2", "--warmup", "1",
             "--rounds", "2", "--small-heads", "--out", str(out)]  # fmt: skip
     assert step_cost.main(argv) == 0
     text = out.read_text()
     assert capsys.readouterr().out == text
-    head, row = ([c.strip() for c in ln.strip("|").split("|")]
-                 for ln in text.splitlines() if ln.startswith("| "))  # fmt: skip
-    cell = dict(zip(head, row))
-    assert (cell["method"], cell["views"], cell["precision"]) == ("attentionnce", "6", "32-true")
-    seconds, low, high = float(cell["s/step"]), *map(float, cell["range"].split("-"))
-    assert 0 < low <= seconds <= high and float(cell["peak MiB"]) > 0
-    assert cell["to its base"] == "n/a (simclr)"
+    head, *rows = ([c.strip() for c in ln.strip("|").split("|")]
+                   for ln in text.splitlines() if ln.startswith("| "))  # fmt: skip
+    method, plain = (dict(zip(head, row)) for row in rows)
+    assert (method["method"], method["views"], method["precision"]) == (
+        "attentionnce",
+        "6",
+        "32-true",
+    )
+    assert (plain["method"], plain["views"], plain["peak MiB"]) == ("bound", "6", "-")
+    seconds, low, high = float(method["s/step"]), *map(float, method["range"].split("-"))
+    assert 0 < low <= seconds <= high and plain["range"] == "-"
+    assert sum(float(method[k]) for k in ("data", "forward", "backward", "rest")) <= high * 1.01
+    assert sum(float(plain[k]) for k in ("forward", "backward", "rest")) == pytest.approx(
+        float(plain["s/step"]), abs=2e-4
+    )  # the bound's phases: its step split
+    assert float(method["peak MiB"]) > 0 and method["to its base"] == "n/a (simclr)"
+    ratio = float(method["s/step"]) / float(plain["s/step"])
+    assert method["to its bound"] == f"{ratio:.2f}x"
+
+
+@pytest.mark.parametrize("method, grad_views", [("simclr", 2), ("mocov3", 2)])
+def test_the_bound_trains_copies_of_the_methods_network(method, grad_views, tmp_path):
+    """The method's own weights stay as they were; the bound's step costs a positive time."""
+    (tmp_path / "data" / "a").mkdir(parents=True)
+    args = step_cost.argparse.Namespace(device="cpu", precision="32", size=32, batch_size=4,
+                                        channels_last=True, small_heads=True, warmup=1, steps=1,
+                                        rounds=3)  # fmt: skip
+    model, _ = step_cost.build(step_cost.METHODS[method][1],
+                               step_cost.overrides(args, str(tmp_path / "data"), method))  # fmt: skip
+    before = [p.detach().clone() for p in model.parameters()]
+    crops = [step_cost.torch.randn(4, 3, 32, 32) for _ in range(grad_views)]
+    row = step_cost.bound(model, crops, method == "mocov3", args)
+    assert all(step_cost.torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert row["s"] > 0 and row["forward"] > 0 and row["rest"] > 0
 
 
 def test_zero_steps_are_refused_before_any_fit(capsys):
