@@ -126,14 +126,6 @@ def machine() -> str:
                                                       "hydra-core")))  # fmt: skip
 
 
-def trained_on(results: Sequence[runner.Result]) -> str:
-    """Each processor with the rows trained on it: seconds compare only within one."""
-    rows: dict = {}  # cpu -> the rows' names, once each, in order
-    for r in (r for r in results if r["status"] == "ok" and r["comparison"] != "reference"):
-        rows.setdefault(r.get("cpu") or "not recorded", {})[f"{r['label']} ({r['comparison']})"] = 1
-    return "; ".join(f"{cpu}: {', '.join(labels)}" for cpu, labels in rows.items())
-
-
 def bench(args: argparse.Namespace, command: str) -> int:
     """0 when every run succeeded, 1 when some failed."""
     started = time.perf_counter()
@@ -165,7 +157,7 @@ def bench(args: argparse.Namespace, command: str) -> int:
         f"command: `{command}`, {datetime.datetime.now():%Y-%m-%d %H:%M}, "
         f"{(time.perf_counter() - started) / 60:.1f} min",
         f"machine: {machine()}",
-        f"trained on: {trained_on(results) or 'no trained run'}",
+        "trained on: each run's processor is the cpu column of runs.csv",
         f"data: {note}",
         f"budget: batch {batch}, seeds {', '.join(map(str, seeds))}; each run is a shipped "
         "config plus the overrides below (its config.yaml and command.sh are in runs/)",

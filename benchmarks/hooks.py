@@ -9,25 +9,27 @@ function runs, in every process.
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any
 
 from hydra.experimental.callback import Callback as HydraCallback
 
 
-def _patch_custom_val_transform(size: int, mean: Any, std: Any) -> None:
-    """solo-learn's ``build_custom_pipeline`` at ``size`` px (``prepare_transforms`` looks it up
-    in the module's globals when called)."""
-    import solo.data.classification_dataloader as cls_data
+def val_transform(size: int, mean: Any, std: Any) -> Any:
+    """Resize + CenterCrop at ``size`` px, the pretraining normalisation: validation and probe."""
     from torchvision import transforms
 
-    def build_custom_pipeline() -> Dict[str, Any]:
-        resize = transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC)
-        tail = [transforms.ToTensor(), transforms.Normalize(mean=mean, std=std)]
-        val = transforms.Compose([resize, transforms.CenterCrop(size), *tail])
-        # T_train serves main_linear.py only, which the benchmark does not run.
-        return {"T_train": val, "T_val": val}
+    resize = transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC)
+    tail = [transforms.ToTensor(), transforms.Normalize(mean=mean, std=std)]
+    return transforms.Compose([resize, transforms.CenterCrop(size), *tail])
 
-    cls_data.build_custom_pipeline = build_custom_pipeline
+
+def _patch_custom_val_transform(size: int, mean: Any, std: Any) -> None:
+    """solo-learn's ``build_custom_pipeline`` at ``size`` px (``prepare_transforms`` looks it up
+    in the module's globals when called); T_train serves main_linear.py only, not run here."""
+    import solo.data.classification_dataloader as cls_data
+
+    val = val_transform(size, mean, std)
+    cls_data.build_custom_pipeline = lambda: {"T_train": val, "T_val": val}
 
 
 class ValidateAtTrainSize(HydraCallback):

@@ -8,7 +8,6 @@ Isola, 2020) and effective rank (Roy & Vetterli, 2007) of at most 2048 val featu
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Dict, Sequence, Tuple
 
@@ -16,6 +15,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from omegaconf import OmegaConf
+
+from attnce_plugin.diagnostics import effective_rank, uniformity
 
 L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)  # per-sample loss: comparable across sizes
 HEALTH_MAX_SAMPLES = 2048  # uniformity is O(n^2)
@@ -63,13 +64,12 @@ def extract_features(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Features [N, D] (float32) and labels [N] of an image folder, un-augmented."""
     from torch.utils.data import DataLoader
-    from torchvision import datasets, transforms
+    from torchvision import datasets
 
-    t = transforms.Compose([
-        transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC),
-        transforms.CenterCrop(size), transforms.ToTensor(), transforms.Normalize(mean, std),
-    ])  # fmt: skip
+    from benchmarks.hooks import val_transform
+
     feats, labels = [], []
+    t = val_transform(size, mean, std)
     for x, y in DataLoader(datasets.ImageFolder(str(folder), t), batch_size=256):
         feats.append(backbone(x).float().flatten(1))
         labels.append(y)
@@ -150,22 +150,6 @@ def knn_accuracy(
     return 100.0 * correct / val.shape[0]
 
 
-def uniformity(x: torch.Tensor, t: float = 2.0) -> float:
-    """log mean_{i<j} exp(-t ||x_i - x_j||^2) of the L2-normalised rows (lower: more spread)."""
-    sq = torch.pdist(F.normalize(x.float(), dim=1)).pow(2)
-    return float(torch.logsumexp(-t * sq, dim=0) - math.log(sq.numel()))
-
-
-def effective_rank(x: torch.Tensor) -> float:
-    """exp(entropy) of the normalised eigenvalues of the covariance of the rows."""
-    eig = torch.linalg.eigvalsh(torch.cov(x.double().T)).clamp_min(0)
-    if eig.sum() <= 0:
-        return 1.0
-    p = eig / eig.sum()
-    p = p[p > 0]
-    return float(torch.exp(-(p * p.log()).sum()))
-
-
 def probe_backbone(
     backbone: nn.Module, train_dir: Path, val_dir: Path, image_size: int,
     mean: Sequence[float], std: Sequence[float],
@@ -179,8 +163,8 @@ def probe_backbone(
         keep = torch.randperm(va_x.shape[0], generator=torch.Generator().manual_seed(0))
         sub = va_x[keep[:HEALTH_MAX_SAMPLES]]
     return {"offline_acc1": acc, "offline_knn_acc1": knn_accuracy(tr_x, tr_y, va_x, va_y),
-            "offline_l2": l2, "offline_uniformity": uniformity(sub),
-            "offline_eff_rank": effective_rank(sub)}  # fmt: skip
+            "offline_l2": l2, "offline_uniformity": float(uniformity(sub)),
+            "offline_eff_rank": float(effective_rank(sub))}  # fmt: skip
 
 
 def probe_settings(cfg: Dict[str, Any]) -> Dict[str, Any]:

@@ -7,7 +7,6 @@ import csv
 import json
 import math
 import os
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,15 +57,10 @@ def verdict(a: MeanStd, b: MeanStd) -> str:
     return f"{gap:+.1f}, {'one seed' if decided is None else 'clear' if decided else 'not clear'}"
 
 
-#: Student's t_{0.975, df} for df = 1..10; beyond, the Cornish-Fisher expansion (error < 1e-3).
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
-
-
 def t975(df: int) -> float:
-    z = 1.959964
-    terms = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96,
-             (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384)  # fmt: skip
-    return T975[df - 1] if df <= len(T975) else z + sum(t / df**i for i, t in enumerate(terms, 1))
+    from scipy.stats import t  # solo-learn's own requirement
+
+    return float(t.ppf(0.975, df))
 
 
 def paired(a: Dict[int, float], b: Dict[int, float]) -> Optional[Dict[str, float]]:
@@ -268,35 +262,6 @@ def verdicts_markdown(lines: Sequence[Line]) -> str:
                       ""])  # fmt: skip
 
 
-def configs_section(lines: Sequence[Line]) -> str:
-    """Each row's shipped config and its own overrides (its ``config.yaml`` header), with the
-    output folder as ``<out>`` and seeds as ``<seed>``; the overrides every row shares first."""
-    seen: Dict[str, Tuple[str, List[str]]] = {}
-    for r in lines:
-        path = Path(r.run_dir or "/nonexistent") / "config.yaml"
-        if r.label in seen or not path.is_file():
-            continue
-        text = path.read_text().splitlines()
-        out = str(Path(r.run_dir).parents[3]) if "runs" in Path(r.run_dir).parts else "\0"
-        seed = re.compile(r"(?<=[-/=])seed\d+|(?<=^\+\+seed=)\d+")
-        ovr = [seed.sub(lambda g: "<seed>" if g.group().isdigit() else "seed<seed>",
-                        ln[4:].replace(out, "<out>"))
-               for ln in text[1:] if ln.startswith("#   ")]  # fmt: skip
-        seen[r.label] = (text[0][2:].split(" from ")[0], ovr)
-    if not seen:
-        return ""
-    common = set.intersection(*(set(o) for _, o in seen.values()))
-    first = next(iter(seen.values()))[1]
-    md = ["## Configs", "", "Every run is `main_pretrain.py --config-path pkg://attnce_plugin."
-          "configs --config-name <config> <overrides>`. Overrides of every run:", "",
-          *[f"    {o}" for o in first if o in common], "",
-          "| row | config | its own overrides |", "|---|---|---|"]  # fmt: skip
-    for label, (name, ovr) in seen.items():
-        own = " ".join(f"`{o}`" for o in ovr if o not in common) or "none"
-        md.append(f"| {label} | `{name}` | {own} |")
-    return "\n".join(md) + "\n"
-
-
 def _equal_time(lines: Sequence[Line]) -> List[Line]:
     """Each equal-time row followed by the row whose training time it matched."""
     by_label = {r.label: r for r in lines if r.comparison == "equal-epoch"}
@@ -325,8 +290,7 @@ NOTES = (
 
 
 def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
-    """``results.md``: header lines, one table per comparison, health, configs, regime, verdicts,
-    notes."""
+    """``results.md``: header lines, one table per comparison, health, regime, verdicts, notes."""
     lines = aggregate(results)
     md = ["# Benchmark results", "", *[f"- {h}" for h in header], ""]
     ablated = {r.label.split(" (")[0] for r in lines if r.comparison == "ablation"}
@@ -351,7 +315,7 @@ def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
                "images (at most 2048): uniformity (Wang & Isola, 2020) and effective rank of "
                "their covariance (Roy & Vetterli, 2007).", "",
                rows_table(healthy, HEALTH), ""]  # fmt: skip
-    md += [configs_section(lines), regime_markdown(lines), verdicts_markdown(lines)]
+    md += [regime_markdown(lines), verdicts_markdown(lines)]
     notes = list(NOTES) + [
         f"{'FAILED or skipped' if r['status'] != 'ok' else 'Note'}: {r['key']}: "
         f"{(r.get('error') or '?').strip().splitlines()[-1]}"

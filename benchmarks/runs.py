@@ -33,10 +33,6 @@ TIME_MATCH = {"simclr": "attentionnce", "mocov3": "mocov3_attentionnce"}
 UNTRAINED, PIXELS = "random init (no pretraining)", "raw pixels"
 
 
-def _num(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 @dataclass(frozen=True)
 class Row:
     """A table row: a method with M positives and ``method_kwargs`` settings (as (key, value)
@@ -55,7 +51,7 @@ class Row:
             return f"{METHODS[self.method][0]} (time of {METHODS[self.time_of.method][0]})"
         if not self.m:
             return METHODS[self.method][0]
-        extra = [f"{k}={_num(v)}" for k, v in self.kwargs]
+        extra = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.kwargs]
         return f"{METHODS[self.method][0]} ({', '.join([f'M={self.m}', *extra])})"
 
     @property

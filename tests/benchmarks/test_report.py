@@ -41,8 +41,13 @@ PRINTED_BY_0_5_0 = [
 
 def test_report_only_rebuilds_the_committed_tables_to_the_digit(rebuilt: str) -> None:
     committed = (REFERENCE / "results.md").read_text()
-    for title in ("Equal epochs", "Equal wall-clock", "Regime", "Verdicts", "Representation health",
-                  "Configs"):  # fmt: skip
+    for title in (
+        "Equal epochs",
+        "Equal wall-clock",
+        "Regime",
+        "Verdicts",
+        "Representation health",
+    ):
         assert _section(rebuilt, title).strip() == _section(committed, title).strip(), title
     lines = rebuilt.splitlines()
     for old in PRINTED_BY_0_5_0:
@@ -76,9 +81,9 @@ def test_activity_is_each_records_last_epoch_mean_over_seeds(rebuilt: str) -> No
 
 def test_paired_statistics_by_hand_and_t_table() -> None:
     got = report.paired({0: 3.0, 1: 5.0, 2: 7.0, 9: 1.0}, {0: 2.0, 1: 3.0, 2: 4.0})
-    # differences 1, 2, 3: mean 2, std 1, t = 2 / (1 / sqrt 3), half-width 4.303 / sqrt 3
+    # differences 1, 2, 3: mean 2, std 1, t = 2 / (1 / sqrt 3), half-width t_0.975,2 / sqrt 3
     assert got == pytest.approx({"n": 3, "mean": 2.0, "std": 1.0, "t": 2 * math.sqrt(3),
-                                 "detectable": 4.303 / math.sqrt(3)})  # fmt: skip
+                                 "detectable": 4.302653 / math.sqrt(3)})  # fmt: skip
     assert report.paired({0: 1.0}, {0: 0.0}) is None
     for df, t in ((1, 12.706), (4, 2.776), (12, 2.179), (20, 2.086), (30, 2.042), (120, 1.980)):
         assert report.t975(df) == pytest.approx(t, abs=1.5e-3)
