@@ -231,10 +231,13 @@ def regime_markdown(lines: Sequence[Line]) -> str:
 
 def verdicts_markdown(lines: Sequence[Line]) -> str:
     """Per question: row a minus row b on both offline probes with the noise rule, then the
-    paired statistics of the per-seed differences; "" when no question has both rows."""
+    paired statistics of the per-seed differences; "" when no question has both rows. Each
+    ablation row is set against the same views, the attention off and equal-time SimCLR."""
     rows = {r.label: r for r in lines if r.seeds}
     out = []
-    for question, row_a, row_b in QUESTIONS:
+    ablated = [r for r in lines if r.comparison == "ablation" and r.seeds]
+    extra = [("Ablation:", r, QUESTIONS[i][2]) for r in ablated for i in (1, 2, 0)]
+    for question, row_a, row_b in [*QUESTIONS, *extra]:
         a, b = rows.get(row_a.label), rows.get(row_b.label)
         if a is None or b is None:
             gone = [f"'{x.label}'" for x, y in ((row_a, a), (row_b, b)) if y is None]

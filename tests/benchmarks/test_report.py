@@ -122,3 +122,22 @@ def test_rows_tables_and_missing_verdicts_on_hand_made_results() -> None:
     md = report.bench_markdown(results, ["header"])
     assert "| SimCLR | 2 | 0,1 (failed: 2) |" in md and "## Verdicts" not in md
     assert "FAILED or skipped: SimCLR/2" in md
+
+
+def test_each_ablation_row_is_set_against_the_three_controls() -> None:
+    def r(label, comparison, lin):
+        return {"key": label, "label": label, "comparison": comparison, "seed": 0, "epochs": 2,
+                "status": "ok", "offline_acc1": lin, "offline_knn_acc1": lin, "error": ""}  # fmt: skip
+
+    controls = [q[2].label for q in report.QUESTIONS[:3]]  # equal time, same views, off
+    results = [r("AttentionNCE (M=4, d_pos=1, d_neg=1)", "ablation", 80.0)]
+    results += [r(label, "equal-epoch", lin) for label, lin in zip(controls, (81.0, 82.5, 79.0))]
+    lines = [ln for ln in report.verdicts_markdown(report.aggregate(results)).splitlines()
+             if ln.startswith("- Ablation:")]  # fmt: skip
+    assert [ln.split(" minus ")[1].split(":")[0] for ln in lines] == [controls[1], controls[2],
+                                                                       controls[0]]  # fmt: skip
+    assert [ln.split("offline linear ")[1].split(",")[0] for ln in lines] == [
+        "-2.5",
+        "+1.0",
+        "-1.0",
+    ]
