@@ -1,10 +1,8 @@
 """The benchmark's embedded dataset: Fashion-MNIST from Debian's ``dataset-fashion-mnist`` package
 (four gzipped IDX files, no network), converted once into 32 px RGB image folders that solo-learn
-reads as ``custom`` data: ``<cache>/<setting>/{train,val}/<class>/<n>.png``.
-
-The train folder is a class-stratified subset of the 60,000 training images, the val folder one of
-the 10,000 test images, so no val image is seen in pretraining.
-"""
+reads as ``custom`` data: ``<cache>/<setting>/{train,val}/<class>/<n>.png``. The train folder is a
+class-stratified subset of the 60,000 training images, the val folder one of the 10,000 test
+images: no val image is seen in pretraining."""
 
 from __future__ import annotations
 
@@ -87,9 +85,8 @@ def prepare_fashion_mnist(
     :class:`DatasetMissingError` says what to install when the files are missing."""
     from PIL import Image
 
-    target = (
-        Path(cache_root) / f"fashion-mnist_{image_size}px_train{num_train}_val{num_val}_seed{seed}"
-    )
+    name = f"fashion-mnist_{image_size}px_train{num_train}_val{num_val}_seed{seed}"
+    target = Path(cache_root) / name
     expected = {"format": CACHE_FORMAT, "num_train": num_train, "num_val": num_val,
                 "image_size": image_size, "seed": seed}  # fmt: skip
     marker = target / "READY.json"

@@ -1,11 +1,7 @@
-"""The one change the benchmark makes inside solo-learn's ``main_pretrain.py``: validation images
-at the training size.
-
-For ``custom`` datasets solo-learn always validates at Resize(256) + CenterCrop(224): 32 px images
-would be upscaled to 224 px (~49x the compute, and features unlike the training crops). The runner
-declares :class:`ValidateAtTrainSize` under ``hydra.callbacks``; Hydra builds it before the task
-function runs, in every process.
-"""
+"""The one change the benchmark makes inside solo-learn's ``main_pretrain.py``: solo-learn always
+validates ``custom`` data at Resize(256) + CenterCrop(224), which would upscale 32 px images (~49x
+the compute, features unlike the training crops). The runner declares :class:`ValidateAtTrainSize`
+under ``hydra.callbacks``; Hydra builds it before the task function runs, in every process."""
 
 from __future__ import annotations
 

@@ -5,12 +5,11 @@ M = 4, on the CPU)::
     python3 -m benchmarks.loss_cost                          # B 256 and 1024, M = 4, CPU
     python3 -m benchmarks.loss_cost --device cuda --batches 256 1024 4096 --views 1 4 8
 
-On fixed random projections: ``solo_simclr`` gets the 2 anchor views [2B, d] (SimCLR has no
-positives), ``ours`` also M positives [B, M, d]; ``solo_mocov3`` and ``ours_moco`` take queries
-[B, d] against keys (and positive keys [B, M, d]). Gradients of what a step differentiates. Time:
-medians, the calls interleaved (a slow phase of a shared machine hits all alike). Peak memory above
-the level before the call (CUDA ``max_memory_allocated``; CPU: profiler allocation events summed).
-"""
+On fixed random projections: ``solo_simclr`` gets the 2 anchor views [2B, d], ``ours`` also M
+positives [B, M, d]; ``solo_mocov3`` and ``ours_moco`` take queries [B, d] against keys (and
+positive keys [B, M, d]). Time: medians, the calls interleaved (a slow phase of a shared machine
+hits all alike). Peak memory above the level before the call (CUDA ``max_memory_allocated``; CPU:
+profiler allocation events summed)."""
 
 from __future__ import annotations
 
@@ -35,9 +34,7 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_interleaved(
-    calls: Dict[str, Call], repeats: int, device: torch.device
-) -> Dict[str, float]:
+def time_interleaved(calls: Dict[str, Call], repeats: int, device: torch.device) -> Dict:
     """Median seconds of each call over ``repeats`` rounds after one untimed round; each round
     starts at another call."""
     names = list(calls)
@@ -157,11 +154,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"  [B={b} M={m} done]", file=sys.stderr)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     cols = ["B", "M", *calls, "ours / solo_simclr", "ours_moco / solo_mocov3"]
-    argv_text = " ".join(
-        ["python3 -m benchmarks.loss_cost", *(sys.argv[1:] if argv is None else argv)]
-    )
+    cmd = " ".join(["python3 -m benchmarks.loss_cost", *(sys.argv[1:] if argv is None else argv)])
     text = "\n\n".join([
-        f"<!-- {argv_text} -->",
+        f"<!-- {cmd} -->",
         f"device {name}, torch {torch.__version__}, threads {torch.get_num_threads()}, d = "
         f"{args.dim}, tau = {args.temperature}, d_pos = {args.d_pos}, d_neg = {args.d_neg}",
         "### Forward+backward time (ms, median)", table(cols, times),

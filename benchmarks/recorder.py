@@ -12,8 +12,7 @@ rank 0, appended to, in the format of every committed record::
     {"event": "fit_end", "elapsed_seconds", "peak_rss_mib", "peak_cuda_mib"}
 
 ``train_seconds``: the epoch's start to its last batch's end (validation excluded; on a GPU the
-last batch waited for). Step losses stay on the device until the epoch ends: no host sync a step.
-"""
+last batch waited for). Step losses stay on the device until the epoch ends: no host sync a step."""
 
 from __future__ import annotations
 

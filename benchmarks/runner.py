@@ -1,11 +1,8 @@
 """The one runner: each run is solo-learn's own ``main_pretrain.py`` on a shipped config plus
-overrides, in a subprocess, then the offline probe of its last checkpoint.
-
-A run's folder ``<out>/runs/<run.key>/`` holds ``config.yaml`` (the resolved config, the shipped
-config's name and every override in its header), ``command.sh``, ``train.log``, ``record.jsonl``
-(:class:`benchmarks.recorder.RunRecorder`) and ``result.json``: its record. A run whose
-``result.json`` says "ok" is finished, and is reused.
-"""
+overrides, in a subprocess, then the offline probe of its last checkpoint. A run's folder
+``<out>/runs/<run.key>/`` holds ``config.yaml`` (resolved; the shipped config's name and every
+override in its header), ``command.sh``, ``train.log``, ``record.jsonl`` (the RunRecorder's) and
+``result.json``; a run whose ``result.json`` says "ok" is finished, and is reused."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The run table: each method a shipped config plus overrides, each table row typed once as a
 :class:`Row`, the presets, and the run lists (equal epochs, the ablation, equal time) built from
-them. A run is one call of solo-learn's ``main_pretrain.py``: one row, one seed, one epoch count.
-"""
+them. A run is one call of solo-learn's ``main_pretrain.py``: one row, one seed, one epoch count."""
 
 from __future__ import annotations
 
@@ -57,10 +56,8 @@ class Row:
     @property
     def overrides(self) -> Tuple[str, ...]:
         out = (f"++views.num_positives={self.m}",) if self.m else ()
-        return out + tuple(
-            f"++method_kwargs.{k}={str(v).lower() if isinstance(v, bool) else v}"
-            for k, v in self.kwargs
-        )
+        return out + tuple(f"++method_kwargs.{k}={str(v).lower() if isinstance(v, bool) else v}"
+                           for k, v in self.kwargs)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ import torch
 from omegaconf import OmegaConf
 
 from benchmarks.loss_cost import emit, parser, start, time_interleaved
+from benchmarks.recorder import PHASES
 from benchmarks.report import read_records, table
 from benchmarks.runner import compose
 from benchmarks.runs import METHODS, POSITIVE_METHODS, Row, Run
@@ -117,7 +118,7 @@ def bound(model: Any, crops: List[torch.Tensor], mocov3: bool, args: argparse.Na
         step()
     t = time_interleaved({"step": step, "forward": forward, "optimizer": opt.step},
                          args.rounds * args.steps, crops[0].device)  # fmt: skip
-    return {"s": t["step"], "range": None, "forward": t["forward"], "rest": t["optimizer"],
+    return {"s": t["step"], "range": None, "forward": t["forward"], "optimizer": t["optimizer"],
             "backward": t["step"] - t["forward"] - t["optimizer"]}  # fmt: skip
 
 
@@ -133,7 +134,7 @@ def measure(method: str, args: argparse.Namespace, tmp: Path) -> List[Dict[str, 
         fit(model, cfg, batch, args.warmup, record)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    seconds, phases = [], dict.fromkeys(("data", "forward", "backward", "rest"), 0.0)
+    seconds, phases = [], []
     for _ in range(args.rounds):
         record.unlink(missing_ok=True)
         fit(model, cfg, batch, args.steps, record)
@@ -143,11 +144,11 @@ def measure(method: str, args: argparse.Namespace, tmp: Path) -> List[Dict[str, 
         if len(losses) != args.steps or None in losses:  # None: a non-finite loss
             raise RuntimeError(f"{method}: step losses {losses}, expected {args.steps} finite ones")
         seconds.append(epoch["train_seconds"] / args.steps)
-        for phase, key in zip(phases, ("data", "forward", "backward", "optimizer")):
-            phases[phase] += epoch[f"{key}_seconds"] / args.steps / args.rounds
+        phases.append(step_phases(epoch, args.steps))
     peak = epoch["peak_cuda_mib" if device.type == "cuda" else "peak_rss_mib"]  # only grows
     row = {"method": method, "views": len(sizes), "precision": start["precision"], "peak": peak,
-           "s": statistics.median(seconds), "range": (min(seconds), max(seconds)), **phases}  # fmt: skip
+           "s": statistics.median(seconds), "range": (min(seconds), max(seconds)),
+           **{k: statistics.fmean(p[k] for p in phases) for k in phases[0]}}  # fmt: skip
     plain = {**row, "method": "bound", "data": 0.0, "peak": None,
              **bound(model, crops, "mocov3" in method, args)}  # fmt: skip
     del model, batch, crops
@@ -172,24 +173,22 @@ def run_row(method: str, out: Path, batch_size: int) -> Dict[str, Any]:
     n = next(r["num_training_batches"] for r in records if r["event"] == "fit_start")
     epochs = [r for r in records if r["event"] == "epoch"]
     per_step = [e["train_seconds"] / n for e in epochs]
-    phases = zip(
-        ("data", "forward", "backward", "rest"), ("data", "forward", "backward", "optimizer")
-    )
     return {"method": f"{method} (run)", "s": per_step[-1], "peak": epochs[-1]["peak_rss_mib"],
-            "range": (min(per_step), max(per_step)),
-            **{p: epochs[-1][f"{k}_seconds"] / n for p, k in phases}}  # fmt: skip
+            "range": (min(per_step), max(per_step)), **step_phases(epochs[-1], n)}  # fmt: skip
+
+
+def step_phases(epoch: Dict[str, Any], steps: int) -> Dict[str, float]:
+    return {k: epoch[f"{k}_seconds"] / steps for k in PHASES}  # "optimizer" is printed "rest"
 
 
 def cell(r: Dict[str, Any], args: argparse.Namespace) -> List[str]:
     return [r["method"], r["views"], r["precision"], f"{r['s']:.4f}",
             "{:.4f}-{:.4f}".format(*r["range"]) if r["range"] else "-",
             f"{args.batch_size / r['s']:.1f}",
-            *(f"{r[k]:.4f}" for k in ("data", "forward", "backward", "rest"))]  # fmt: skip
+            *(f"{r[k]:.4f}" for k in PHASES)]  # fmt: skip
 
 
-def report(
-    groups: Sequence[List[Dict[str, Any]]], args: argparse.Namespace, argv: Sequence[str]
-) -> str:
+def report(groups: Sequence[List[Dict]], args: argparse.Namespace, argv: Sequence[str]) -> str:
     by = {r["method"]: r for group in groups for r in group[:-1]}
     gpu = f" ({torch.cuda.get_device_name(0)})" if args.device == "cuda" else ""
     head = [f"<!-- {' '.join(['python3 -m benchmarks.step_cost', *argv])} -->",
@@ -206,14 +205,8 @@ def report(
         base = BASELINE[rows[0]["method"]]
         for row in rows:  # a run row is compared with run rows
             tag = row["method"][len(rows[0]["method"]) :]
-            x = {
-                k: f"{row['s'] / r['s']:.2f}x" if r else "n/a"
-                for k, r in (
-                    ("bound", plain),
-                    ("simclr", by.get("simclr" + tag)),
-                    (base, by.get(base + tag)),
-                )
-            }
+            x = {k: f"{row['s'] / r['s']:.2f}x" if r else "n/a" for k, r in (("bound", plain),
+                 ("simclr", by.get("simclr" + tag)), (base, by.get(base + tag)))}  # fmt: skip
             extra = [x["bound"], x["simclr"], f"{x[base]} ({base})", f"{row['peak']:.0f}"]
             cells.append(cell(row, args) + extra)
         cells.append(cell(plain, args) + ["-"] * 4)
