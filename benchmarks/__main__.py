@@ -132,6 +132,7 @@ def bench(args: argparse.Namespace, command: str) -> int:
     out = Path(args.out).resolve()
     if args.report_only:
         results = read_results(out, plan(args))
+        results = [r for r in results if not args.seeds or int(r["seed"]) in args.seeds]
         shown = os.path.relpath(out / "runs") if out.is_relative_to(Path.cwd()) else out / "runs"
         note, batch = f"as recorded in {shown}", args.batch_size or PRESETS[args.preset].batch_size
     else:
@@ -163,8 +164,8 @@ def bench(args: argparse.Namespace, command: str) -> int:
         "config plus the overrides below (its config.yaml and command.sh are in runs/)",
     ]
     md = report.bench_markdown(results, header)
-    report.write_outputs(results, md, out)
-    print("\n" + md + f"\nWrote {out / 'results.md'} and results.json")
+    subset = args.report_only and args.seeds  # printed only: the folder's files cover every seed
+    print("\n" + md + ("" if subset else report.write_outputs(results, md, out)))
     if PRESETS[args.preset].show_reference and out != REFERENCE.resolve():
         ref = argparse.Namespace(**dict(vars(args), preset="reference", methods=None, seeds=None,
                                         epochs=None, extra_m=None, time_matched=None))  # fmt: skip

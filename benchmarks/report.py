@@ -328,9 +328,8 @@ def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
     return "\n".join(md) + "\n## Notes\n\n" + "".join(f"- {n}\n" for n in notes)
 
 
-def write_outputs(results: Sequence[Result], markdown: str, out: Path) -> None:
-    """``results.md``, ``results.json`` and ``runs.csv`` (every run, its folder relative to
-    ``out``: which CPU trained it, and how long, is data)."""
+def write_outputs(results: Sequence[Result], markdown: str, out: Path) -> str:
+    """``results.md``, ``results.json``, ``runs.csv`` (each run's folder relative to ``out``)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(markdown)
     dicts = [dict(r, run_dir=os.path.relpath(r["run_dir"], out) if r.get("run_dir") else "")
@@ -341,3 +340,4 @@ def write_outputs(results: Sequence[Result], markdown: str, out: Path) -> None:
         writer = csv.DictWriter(fh, list(dict.fromkeys(scalar)), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(dicts)
+    return f"\nWrote {out / 'results.md'}, results.json and runs.csv"

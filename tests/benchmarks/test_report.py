@@ -141,3 +141,12 @@ def test_each_ablation_row_is_set_against_the_three_controls() -> None:
         "+1.0",
         "-1.0",
     ]
+
+
+def test_report_only_on_some_seeds_prints_them_and_writes_nothing(tmp_path, capsys) -> None:
+    shutil.copytree(REFERENCE / "runs", tmp_path / "runs")
+    argv = ["--preset", "reference", "--report-only", "--seeds", "1,2", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "(seeds 1,2 / 1,2)" in printed and "seeds 0," not in printed
+    assert not (tmp_path / "results.md").exists()
