@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from benchmarks import report, runner
-from benchmarks.runs import METHODS, POSITIVE_METHODS, PRESETS, Grids, Run, bench_runs
+from benchmarks.runs import METHODS, PIXELS, POSITIVE_METHODS, PRESETS, Grids, Run, bench_runs
 
 REFERENCE = runner.REPO_ROOT / "benchmarks" / "results" / "reference"
 
@@ -132,7 +132,8 @@ def bench(args: argparse.Namespace, command: str) -> int:
     out = Path(args.out).resolve()
     if args.report_only:
         results = read_results(out, plan(args))
-        results = [r for r in results if not args.seeds or int(r["seed"]) in args.seeds]
+        seeds = args.seeds or [int(r["seed"]) for r in results]  # the raw pixels: one, seed 0
+        results = [r for r in results if int(r["seed"]) in seeds or r["label"] == PIXELS]
         shown = os.path.relpath(out / "runs") if out.is_relative_to(Path.cwd()) else out / "runs"
         note, batch = f"as recorded in {shown}", args.batch_size or PRESETS[args.preset].batch_size
     else:
@@ -153,7 +154,7 @@ def bench(args: argparse.Namespace, command: str) -> int:
         if args.references and args.offline_probe:
             results += runner.reference_results(results, budget, out)
         note, batch = budget.note, budget.batch_size
-    seeds = sorted({int(r["seed"]) for r in results})
+    seeds = sorted({int(r["seed"]) for r in results if r["label"] != PIXELS})  # it has seed 0 only
     header = [
         f"command: `{command}`, {datetime.datetime.now():%Y-%m-%d %H:%M}, "
         f"{(time.perf_counter() - started) / 60:.1f} min",

@@ -57,15 +57,13 @@ def peak_bytes(call: Call, device: torch.device) -> int:
         sync(device)
         base = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-        grads = call()
+        call()  # its gradients, freed on return, count in the peak
         sync(device)
-        del grads
         return torch.cuda.max_memory_allocated(device) - base
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        grads = call()
-        del grads
+        call()
     events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
                     key=lambda e: e.start_ns())  # fmt: skip
     return max([0, *itertools.accumulate(e.nbytes() for e in events)])

@@ -235,7 +235,8 @@ def verdicts_markdown(lines: Sequence[Line]) -> str:
     ablation row is set against the same views, the attention off and equal-time SimCLR."""
     rows = {r.label: r for r in lines if r.seeds}
     out = []
-    ablated = [r for r in lines if r.comparison == "ablation" and r.seeds]
+    ablated = [r for r in lines if r.comparison == "ablation" and r.seeds  # the controls' M
+               and r.label.startswith(QUESTIONS[2][1].label[:-1] + ",")]  # fmt: skip
     extra = [("Ablation:", r, QUESTIONS[i][2]) for r in ablated for i in (1, 2, 0)]
     for question, row_a, row_b in [*QUESTIONS, *extra]:
         a, b = rows.get(row_a.label), rows.get(row_b.label)

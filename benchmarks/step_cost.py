@@ -97,7 +97,8 @@ def fit(model: Any, cfg: Any, batch: List[Any], steps: int, record: Path) -> Non
 def bound(model: Any, crops: List[torch.Tensor], mocov3: bool, args: argparse.Namespace) -> Dict:
     """The plain-torch step of ``model``'s network on ``crops`` (see the module docstring): the
     medians of a step, its forward and its optimizer step, timed interleaved."""
-    net = torch.nn.Sequential(copy.deepcopy(model.backbone), copy.deepcopy(model.projector))
+    parts = [copy.deepcopy(m) for m in (model.backbone, model.projector)]  # Lightning left them
+    net = torch.nn.Sequential(*parts).to(crops[0].device)  # on the CPU after its fits
     momentum = copy.deepcopy(net).requires_grad_(False) if mocov3 else None
     opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
     crops = [c.to(memory_format=torch.channels_last) if args.channels_last else c for c in crops]
@@ -152,13 +153,12 @@ def measure(method: str, args: argparse.Namespace, tmp: Path) -> List[Dict[str, 
     plain = {**row, "method": "bound", "data": 0.0, "peak": None,
              **bound(model, crops, "mocov3" in method, args)}  # fmt: skip
     del model, batch, crops
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    ran = [{**row, **run_row(method, args.runs, args.batch_size)}] if args.runs else []
+    torch.cuda.empty_cache()  # a no-op unless CUDA is initialised
+    ran = [{**row, **run_row(method, args.runs, args)}] if args.runs else []
     return [row, *ran, plain]
 
 
-def run_row(method: str, out: Path, batch_size: int) -> Dict[str, Any]:
+def run_row(method: str, out: Path, args: argparse.Namespace) -> Dict[str, Any]:
     """The same method's step in a real run of ``python3 -m benchmarks`` (its loader included):
     from the first seed's record in ``out``, the last epoch's s/step and phases (range: over the
     epochs)."""
@@ -166,9 +166,10 @@ def run_row(method: str, out: Path, batch_size: int) -> Dict[str, Any]:
     found = sorted((out / "runs" / key).parent.glob("seed*/record.jsonl"))
     if not found:
         raise FileNotFoundError(f"--runs {out}: no record of {method} under {out / 'runs'}")
-    trained = OmegaConf.load(found[0].with_name("config.yaml")).optimizer.batch_size
-    if trained != batch_size:
-        raise ValueError(f"--runs: {found[0].parent} trained at batch {trained}, not {batch_size}")
+    cfg = OmegaConf.load(found[0].with_name("config.yaml"))
+    got, want = (cfg.optimizer.batch_size, cfg.views.crop_size), (args.batch_size, args.size)
+    if got != want:
+        raise ValueError(f"--runs: {found[0].parent} trained at (batch, px) {got}, not {want}")
     records = read_records(found[0])
     n = next(r["num_training_batches"] for r in records if r["event"] == "fit_start")
     epochs = [r for r in records if r["event"] == "epoch"]
@@ -234,11 +235,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     if not start(args):
         return 2
-    cuda = args.device == "cuda"
-    args.precision = args.precision or ("16-mixed" if cuda else "32")
-    args.size = args.size or (224 if cuda else 32)
+    args.precision = args.precision or ("16-mixed" if args.device == "cuda" else "32")
+    args.size = args.size or (224 if args.device == "cuda" else 32)
     try:  # the records asked for exist, before anything is timed
-        [run_row(method, args.runs, args.batch_size) for method in args.methods if args.runs]
+        [run_row(method, args.runs, args) for method in args.methods if args.runs]
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -127,10 +127,13 @@ def test_rows_tables_and_missing_verdicts_on_hand_made_results() -> None:
 def test_each_ablation_row_is_set_against_the_three_controls() -> None:
     def r(label, comparison, lin):
         return {"key": label, "label": label, "comparison": comparison, "seed": 0, "epochs": 2,
-                "status": "ok", "offline_acc1": lin, "offline_knn_acc1": lin, "error": ""}  # fmt: skip
+                "status": "ok", "offline_acc1": lin, "offline_knn_acc1": lin,
+                "error": ""}  # fmt: skip
 
     controls = [q[2].label for q in report.QUESTIONS[:3]]  # equal time, same views, off
-    results = [r("AttentionNCE (M=4, d_pos=1, d_neg=1)", "ablation", 80.0)]
+    # an M=2 row has no controls at its M: no lines
+    results = [r("AttentionNCE (M=4, d_pos=1, d_neg=1)", "ablation", 80.0),
+               r("AttentionNCE (M=2, d_pos=1, d_neg=10)", "ablation", 70.0)]  # fmt: skip
     results += [r(label, "equal-epoch", lin) for label, lin in zip(controls, (81.0, 82.5, 79.0))]
     lines = [ln for ln in report.verdicts_markdown(report.aggregate(results)).splitlines()
              if ln.startswith("- Ablation:")]  # fmt: skip

@@ -3,6 +3,9 @@ main_pretrain.py builds it, and a tiny CPU run through Lightning times it from t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from attnce_plugin.seam import require_solo
@@ -58,17 +61,19 @@ def test_a_tiny_cpu_run_writes_a_method_row_and_its_bound(tmp_path, capsys):
     assert method["to its bound"] == f"{ratio:.2f}x"
 
 
-@pytest.mark.parametrize("method, grad_views", [("simclr", 2), ("mocov3", 2)])
-def test_the_bound_trains_copies_of_the_methods_network(method, grad_views, tmp_path):
-    """The method's own weights stay as they were; the bound's step costs a positive time."""
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["simclr", "mocov3"])
+def test_the_bound_trains_copies_of_the_methods_network(method, tmp_path, device):
+    """The method's own weights stay as they were; the copies run on the crops' device though the
+    model is on the CPU (where Lightning leaves it after a fit); every phase takes time."""
     (tmp_path / "data" / "a").mkdir(parents=True)
     args = step_cost.argparse.Namespace(device="cpu", precision="32", size=32, batch_size=4,
                                         channels_last=True, small_heads=True, warmup=1, steps=1,
                                         rounds=3)  # fmt: skip
-    model, _ = step_cost.build(step_cost.METHODS[method][1],
-                               step_cost.overrides(args, str(tmp_path / "data"), method))  # fmt: skip
+    ovr = step_cost.overrides(args, str(tmp_path / "data"), method)
+    model, _ = step_cost.build(step_cost.METHODS[method][1], ovr)
     before = [p.detach().clone() for p in model.parameters()]
-    crops = [step_cost.torch.randn(4, 3, 32, 32) for _ in range(grad_views)]
+    crops = [step_cost.torch.randn(4, 3, 32, 32, device=device) for _ in range(2)]
     row = step_cost.bound(model, crops, method == "mocov3", args)
     assert all(step_cost.torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert row["s"] > 0 and row["forward"] > 0 and row["optimizer"] > 0
@@ -77,3 +82,15 @@ def test_the_bound_trains_copies_of_the_methods_network(method, grad_views, tmp_
 def test_zero_steps_are_refused_before_any_fit(capsys):
     assert step_cost.main(["--steps", "0"]) == 2
     assert "--steps and --rounds must be >= 1" in capsys.readouterr().err
+
+
+def test_a_run_row_is_the_last_epoch_of_a_committed_record(capsys):
+    out = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "step-cost-cpu"
+    lines = (out / "runs/equal-epoch/SimCLR/seed0/record.jsonl").read_text().splitlines()
+    last = [json.loads(ln) for ln in lines if '"event": "epoch"' in ln][-1]
+    row = step_cost.run_row("simclr", out, step_cost.argparse.Namespace(batch_size=128, size=32))
+    assert row["s"] == pytest.approx(last["train_seconds"] / 46)  # 6,000 images, batch 128
+    assert row["data"] == pytest.approx(last["data_seconds"] / 46)
+    # a run of another batch size is refused before anything is timed
+    assert step_cost.main(["--runs", str(out), "--batch-size", "4"]) == 2
+    assert "trained at (batch, px) (128, 32), not (4, 32)" in capsys.readouterr().err
