@@ -19,8 +19,18 @@ def test_the_reference_plan_is_every_committed_record() -> None:
             for r in bench_runs(p.methods, p.seeds, p.epochs)}  # fmt: skip
     committed = [json.loads(path.read_text()) for path in REFERENCE.glob("*/*/seed*/result.json")]
     trained = {(r["key"], r["label"], r["method"], r["comparison"])
-               for r in committed if r["comparison"] != "reference"}  # fmt: skip
+               for r in committed if r["comparison"] not in ("reference", "ablation")}  # fmt: skip
     assert len(trained) == 27 and trained == plan
+    # issue 47's active-attention row, beside them on the same seeds
+    grids = Grids(m=(4,), d_pos=(1.0,), d_neg=(1.0,))
+    ablation = {
+        (r.key, r.row.label)
+        for r in bench_runs(
+            ["attentionnce"], p.seeds, p.epochs, extra_m=(4,), time_matched=False, grids=grids
+        )
+        if r.row.comparison == "ablation"
+    }
+    assert ablation == {(r["key"], r["label"]) for r in committed if r["comparison"] == "ablation"}
     # the equal-time rows name the row they matched as their records do
     matched = {r["label"]: r["matched_to"] for r in committed if r["matched_to"]}
     assert {r.label: r.time_of.label for r in (q[2] for q in QUESTIONS) if r.time_of} == matched

@@ -69,7 +69,7 @@ def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
     for precision in ("32-true", "bf16-mixed"):
         name = "step_cost_32" if precision == "32-true" else "step_cost_bf16-mixed"
         rows = _table_rows(out / f"{name}.md")
-        assert [r[0] for r in rows] == ["simclr", "attentionnce"]
+        assert [r[0] for r in rows] == ["simclr", "bound", "attentionnce", "bound"]
         assert {r[2] for r in rows} == {precision}
 
 
