@@ -2,10 +2,13 @@
 
 Both forms share one head (:func:`_attention_nce`): the positive logit is the anchor's similarity
 to the attention-weighted prototype of its positives, ``alpha = softmax_m(stop_grad(s_m) / d_pos)``,
-and each valid negative's logit ``n_j / tau`` is scaled by ``beta_j = (softmax_j(stop_grad(n_j) /
-d_neg) + 1e-6) * K``. The logits reach ``K / tau`` (8e5 at K = 8190, tau = 0.01), which overflows
-``exp`` in fp32 and fp16, so the loss is a max-shifted log-sum-exp and never exponentiates a logit;
-it computes in fp32 inside fp16/bf16 autocast, and in fp64 for fp64 inputs.
+and each valid negative is weighted by ``beta_j = (softmax_j(stop_grad(n_j) / d_neg) + 1e-6) * K``
+(mean about 1). ``neg_weighting`` says where beta goes: ``logit`` (the paper's) scales the logit,
+``beta_j n_j / tau``; ``importance`` (our option) weights the exp term, ``n_j / tau + log beta_j``,
+which is HCL's importance weighting (Robinson et al., 2021) with concentration ``tau / d_neg``.
+``logit`` logits reach ``K / tau`` (8e5 at K = 8190, tau = 0.01), which overflows ``exp`` in fp32
+and fp16, so the loss is a max-shifted log-sum-exp and never exponentiates a logit; it computes in
+fp32 inside fp16/bf16 autocast, and in fp64 for fp64 inputs.
 """
 
 from __future__ import annotations
@@ -21,16 +24,22 @@ import torch.nn.functional as F
 #: Added to the negative softmax before scaling by K, as in the published formula: d_neg -> inf
 #: gives beta = 1 + K * 1e-6, not 1.
 BETA_EPS = 1e-6
+#: Where beta acts: on the negative's logit (the paper's) or on its exp term (importance weights).
+NEG_WEIGHTINGS = ("logit", "importance")
 
 
 @dataclass
 class AttentionWeights:
     """One loss call's attention, detached: ``alpha`` [n, P] over each anchor's P positives,
-    ``beta`` [n, N] over the N gathered candidates (0 where ``valid`` [n, N] is False)."""
+    ``beta`` [n, N] over the N gathered candidates (0 where ``valid`` [n, N] is False), and
+    the gradient's split: ``push`` [n, N], tau times the anchor loss's derivative in each
+    candidate's cosine, and ``pull`` [n], minus that in the positive's (``1 - q_0``)."""
 
     alpha: torch.Tensor
     beta: torch.Tensor
     valid: torch.Tensor
+    push: torch.Tensor
+    pull: torch.Tensor
 
 
 LossOut = Union[torch.Tensor, Tuple[torch.Tensor, AttentionWeights]]
@@ -72,12 +81,14 @@ def gather(x: torch.Tensor, with_grad: bool) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _check(temperature: float, d_pos: float, d_neg: float) -> None:
+def _check(temperature: float, d_pos: float, d_neg: float, neg_weighting: str) -> None:
     for name, value in (("temperature", temperature), ("d_pos", d_pos), ("d_neg", d_neg)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{name} must be a finite number > 0, got {value!r}")
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if neg_weighting not in NEG_WEIGHTINGS:
+        raise ValueError(f"neg_weighting={neg_weighting!r}: allowed values are {NEG_WEIGHTINGS}")
 
 
 def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
@@ -101,20 +112,31 @@ def _attention_nce(
     valid: torch.Tensor,
     temperature: float,
     d_neg: float,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``(loss [n], beta / tau [n, N])``: per-anchor ``logsumexp([pos, beta * n / tau]) - pos`` over
-    the valid candidates, beta held constant (stop-gradient) as in the published code."""
+    neg_weighting: str,
+) -> Tuple[torch.Tensor, AttentionWeights]:
+    """``(loss [n], weights)``: per-anchor ``logsumexp([pos, neg]) - pos`` over the valid
+    candidates, beta held constant (stop-gradient) as in the published code; ``weights.alpha`` is
+    left for the caller."""
     sim = anchors @ candidates.T
     with torch.no_grad():
-        k_tau = valid.sum(dim=1, keepdim=True).to(sim.dtype) / temperature
+        k = valid.sum(dim=1, keepdim=True).to(sim.dtype)
         attn = torch.softmax(torch.where(valid, sim / d_neg, float("-inf")), dim=1)
-        # beta / tau. A row without negatives (one image on one process) is NaN here: it gets 0.
-        beta_tau = torch.where(valid, (attn + BETA_EPS) * k_tau, 0.0)
-    neg = torch.where(valid, sim * beta_tau, float("-inf"))
+        # A row without negatives (one image on one process) is NaN here: it gets 0.
+        beta = torch.where(valid, (attn + BETA_EPS) * k, 0.0)
+    if neg_weighting == "logit":
+        neg = sim * beta / temperature
+    else:  # log beta is finite on the valid candidates: beta >= K * 1e-6 there
+        neg = sim / temperature + beta.log()
+    neg = torch.where(valid, neg, float("-inf"))
     # The max-shifted log-sum-exp of [pos, neg]; the shift is a constant for autograd.
     shift = torch.maximum(neg.detach().amax(dim=1), pos_logit.detach())
     sumexp = torch.exp(neg - shift.unsqueeze(1)).sum(dim=1) + torch.exp(pos_logit - shift)
-    return shift + sumexp.log() - pos_logit, beta_tau
+    lse = shift + sumexp.log()
+    with torch.no_grad():
+        q = torch.exp(neg - lse.unsqueeze(1))  # each candidate's share of the softmax
+        push = q * beta if neg_weighting == "logit" else q
+        pull = 1.0 - torch.exp(pos_logit - lse)
+    return lse - pos_logit, AttentionWeights(sim.new_empty(0), beta, valid, push, pull)
 
 
 def attentionnce_loss_func(
@@ -124,6 +146,7 @@ def attentionnce_loss_func(
     temperature: float = 0.5,
     d_pos: float = 1.0,
     d_neg: float = 1.0,
+    neg_weighting: str = "logit",
     *,
     return_attention: bool = False,
 ) -> LossOut:
@@ -141,13 +164,15 @@ def attentionnce_loss_func(
         temperature: tau > 0.
         d_pos: positive-attention scale > 0 (larger: more weight on the harder positives).
         d_neg: negative-attention scale > 0 (smaller: more weight on the harder negatives).
+        neg_weighting: ``logit`` (the paper's: beta scales the negative's logit) or
+            ``importance`` (beta weights its exp term: ``log beta`` added to the logit).
         return_attention: also return the call's :class:`AttentionWeights` (alpha [V*b, M]).
 
     Returns:
         The mean loss over the V*b anchors (fp32, or fp64 for fp64 inputs), and the attention
         when asked.
     """
-    _check(temperature, d_pos, d_neg)
+    _check(temperature, d_pos, d_neg, neg_weighting)
     if positives.dim() != 3 or positives.shape[0] == 0 or positives.shape[1] == 0:
         raise ValueError(f"positives must be [b, M, d] with b, M >= 1, got {list(positives.shape)}")
     b, num_pos, dim = positives.shape
@@ -165,14 +190,13 @@ def attentionnce_loss_func(
         )
         local_idx = indexes.repeat(views)
         valid = local_idx.unsqueeze(1) != gather(local_idx, False).unsqueeze(0)
-        loss, beta_tau = _attention_nce(
-            a, gather(a, True), pos_logit.T.reshape(-1), valid, temperature, d_neg
+        loss, weights = _attention_nce(
+            a, gather(a, True), pos_logit.T.reshape(-1), valid, temperature, d_neg, neg_weighting
         )
-        loss = loss.mean()
     if not return_attention:
-        return loss
-    alpha = alpha.transpose(0, 1).reshape(-1, num_pos)
-    return loss, AttentionWeights(alpha, beta_tau * temperature, valid)
+        return loss.mean()
+    weights.alpha = alpha.transpose(0, 1).reshape(-1, num_pos)
+    return loss.mean(), weights
 
 
 def attentionnce_mocov3_loss_func(
@@ -182,6 +206,7 @@ def attentionnce_mocov3_loss_func(
     temperature: float = 0.2,
     d_pos: float = 1.0,
     d_neg: float = 1.0,
+    neg_weighting: str = "logit",
     *,
     key_in_prototype: bool = True,
     return_attention: bool = False,
@@ -198,13 +223,13 @@ def attentionnce_mocov3_loss_func(
         query: [b, d] online predictions of one anchor view.
         key: [b, d] momentum keys of the other anchor view.
         positive_keys: [b, M, d] momentum keys of the M positive views, or None.
-        temperature, d_pos, d_neg: as in :func:`attentionnce_loss_func`.
+        temperature, d_pos, d_neg, neg_weighting: as in :func:`attentionnce_loss_func`.
         key_in_prototype: False: the prototype is over ``positive_keys`` alone (then required);
             ``key[i]`` is still no negative of query i.
         return_attention: also return the call's :class:`AttentionWeights`; alpha [b, P], with
             column 0 for ``key`` when it is in the prototype.
     """
-    _check(temperature, d_pos, d_neg)
+    _check(temperature, d_pos, d_neg, neg_weighting)
     if query.dim() != 2 or not len(query) or key.shape != query.shape:
         raise ValueError(
             f"query and key must both be [b, d], b >= 1; got {list(query.shape)}, {list(key.shape)}"
@@ -230,29 +255,52 @@ def attentionnce_mocov3_loss_func(
         world, rank = world_and_rank()
         valid = torch.ones(b, world * b, dtype=torch.bool, device=q.device)
         valid[torch.arange(b), rank * b + torch.arange(b)] = False  # the query's own key
-        loss, beta_tau = _attention_nce(
-            q, all_keys, pos_logit.squeeze(1), valid, temperature, d_neg
+        loss, weights = _attention_nce(
+            q, all_keys, pos_logit.squeeze(1), valid, temperature, d_neg, neg_weighting
         )
         loss = loss.mean() * (2 * temperature)
     if not return_attention:
         return loss
-    return loss, AttentionWeights(alpha.squeeze(1), beta_tau * temperature, valid)
+    weights.alpha = alpha.squeeze(1)
+    return loss, weights
 
 
 @torch.no_grad()
-def attention_stats(weights: AttentionWeights) -> Dict[str, torch.Tensor]:
-    """How much the attention weighs, as scalars: ``eff_num_positives`` (mean of ``1 / sum
-    alpha^2``: P when uniform, 1 when one positive takes all), ``alpha_entropy`` (nats),
-    ``max_beta`` (1 + K * 1e-6 when d_neg -> inf, up to about K) and ``eff_num_negatives`` (mean of
-    ``(sum beta)^2 / sum beta^2``: K when uniform)."""
+def attention_stats(
+    weights: AttentionWeights,
+    labels: Optional[torch.Tensor] = None,
+    candidate_labels: Optional[torch.Tensor] = None,
+) -> Dict[str, torch.Tensor]:
+    """How much the attention weighs and where the gradient goes, as scalars (means over anchors):
+
+    * ``eff_num_positives`` ``1 / sum alpha^2`` (P when uniform, 1 when one positive takes all),
+      ``alpha_entropy`` (nats), ``num_positives`` P;
+    * ``max_beta`` (1 + K * 1e-6 when d_neg -> inf, up to about K), ``eff_num_negatives``
+      ``(sum beta)^2 / sum beta^2`` (K when uniform), ``num_negatives`` K;
+    * ``push_ratio`` R, the push on the negatives over the pull on the positive: ``sum_j beta_j
+      q_j / (1 - q_0)`` for ``logit`` (> 1 once the attention is active), 1 for ``importance``
+      and plain InfoNCE; ``top1_push_share``, the largest single negative's share of the push;
+    * ``argmax_same_class``, with class ``labels`` [n] of the anchors and ``candidate_labels`` [N]
+      (none negative): the fraction of anchors whose highest-beta negative has their class.
+    """
     alpha, beta = weights.alpha.float(), weights.beta.float()
+    push, pull = weights.push.float(), weights.pull.float()
     eff_neg = beta.sum(dim=1).square() / (beta * beta).sum(dim=1).clamp_min(1e-30)
-    return {
+    total_push = push.sum(dim=1)
+    out = {
         "eff_num_positives": (1.0 / (alpha * alpha).sum(dim=1)).mean(),
         "alpha_entropy": -(alpha * alpha.clamp_min(1e-30).log()).sum(dim=1).mean(),
+        "num_positives": alpha.new_tensor(float(alpha.shape[1])),
         "max_beta": beta.max() if beta.numel() else beta.new_zeros(()),
         "eff_num_negatives": eff_neg.mean(),
+        "num_negatives": weights.valid.sum(dim=1).float().mean(),
+        "push_ratio": (total_push / pull.clamp_min(1e-30)).mean(),
+        "top1_push_share": (push.amax(dim=1) / total_push.clamp_min(1e-30)).mean(),
     }
+    if labels is not None and candidate_labels is not None and labels.min() >= 0:
+        hardest = candidate_labels[beta.argmax(dim=1)]
+        out["argmax_same_class"] = (hardest == labels).float().mean()
+    return out
 
 
 def mean_stats(stats: List[Dict[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:

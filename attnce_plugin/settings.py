@@ -16,6 +16,8 @@ from typing import Any, ClassVar, Dict, Tuple
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, ValidationError
 
+from attnce_plugin.losses import NEG_WEIGHTINGS
+
 
 class MethodConfigError(ValueError):
     """A setting of the plugin's methods is unknown, missing or out of range."""
@@ -31,13 +33,15 @@ class _Kwargs:
     temperature: float = MISSING
     d_pos: float = 1.0
     d_neg: float = 1.0
+    #: where beta acts: on the negative's logit (the paper's) or on its exp term (importance)
+    neg_weighting: str = "logit"
     #: one forward of all same-size positive crops (BatchNorm then sees M*b images at once)
     batch_positives: bool = False
     #: False keeps the positives out of BatchNorm's running statistics (small positive crops)
     positives_update_bn: bool = True
     attention_log_every: int = 10
 
-    CHOICES: ClassVar[Dict[str, Tuple[str, ...]]] = {}
+    CHOICES: ClassVar[Dict[str, Tuple[str, ...]]] = {"neg_weighting": NEG_WEIGHTINGS}
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -68,6 +72,7 @@ class AttentionNCEKwargs(_Kwargs):
     anchor: str = "views"
 
     CHOICES: ClassVar[Dict[str, Tuple[str, ...]]] = {
+        **_Kwargs.CHOICES,
         "projector": ("mlp", "mlp_bn"),
         "loss": ("attentionnce", "simclr", "simclr_all_views"),
         "anchor": ("views", "mean"),
@@ -91,7 +96,10 @@ class MoCoV3AttentionNCEKwargs(_Kwargs):
     loss: str = "attentionnce"
     key_in_prototype: bool = True
 
-    CHOICES: ClassVar[Dict[str, Tuple[str, ...]]] = {"loss": ("attentionnce", "mocov3")}
+    CHOICES: ClassVar[Dict[str, Tuple[str, ...]]] = {
+        **_Kwargs.CHOICES,
+        "loss": ("attentionnce", "mocov3"),
+    }
 
 
 def read_method_kwargs(cfg: DictConfig, schema: type) -> Any:

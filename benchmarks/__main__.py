@@ -8,6 +8,7 @@ them, print the tables. A long preset runs in parts, each a command line; finish
         --out benchmarks/results/reference               # one part of the reference preset
     python3 -m benchmarks --preset reference --report-only --out benchmarks/results/reference
     python3 -m benchmarks --ablation --dneg-grid 1,0.3 --dpos-grid 1 --m-grid 4
+    python3 -m benchmarks --row d_pos=1,d_neg=1,neg_weighting=importance --methods attentionnce
     python3 -m benchmarks --set optimizer.lr=0.3 --set attentionnce:method_kwargs.d_neg=1
     python3 -m benchmarks -- ++trainer_option=value      # raw Hydra overrides, every run
 """
@@ -28,7 +29,16 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from benchmarks import report, runner
-from benchmarks.runs import METHODS, PIXELS, POSITIVE_METHODS, PRESETS, Grids, Run, bench_runs
+from benchmarks.runs import (
+    METHODS,
+    PIXELS,
+    POSITIVE_METHODS,
+    PRESETS,
+    Grids,
+    Run,
+    bench_runs,
+    parse_row,
+)
 
 REFERENCE = runner.REPO_ROOT / "benchmarks" / "results" / "reference"
 
@@ -61,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--dpos-grid", type=_list(float), default=(0.5, 1.0, 2.0, 4.0))
     add("--dneg-grid", type=_list(float), default=(0.5, 1.0, 10.0))
     add("--anchor-grid", type=_list(str), default=(), help="e.g. mean")
+    add("--row", dest="rows", action="append", default=[], metavar="[METHOD:]KEY=VALUE,...",
+        help="an ablation row: METHOD (default --ablation-method) at --num-positives with these "
+        "method_kwargs, which win over --set; repeatable")  # fmt: skip
     add("--set", dest="sets", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
         help="a config value, for every run or one method's")  # fmt: skip
     add("--out", default="bench_out", help="output folder (default ./bench_out)")
@@ -80,10 +93,11 @@ def plan(args: argparse.Namespace, base: tuple = (1.0, 10.0)) -> List[Run]:
     if args.ablation:
         grids = Grids(args.ablation_method, args.m_grid, args.dpos_grid, args.dneg_grid,
                       args.anchor_grid, base)  # fmt: skip
+    rows = [parse_row(text, args.num_positives, args.ablation_method) for text in args.rows]
     return bench_runs(
         args.methods or preset.methods, args.seeds or preset.seeds, args.epochs or preset.epochs,
         args.num_positives, preset.extra_m if args.extra_m is None else args.extra_m,
-        preset.time_matched if args.time_matched is None else args.time_matched, grids,
+        preset.time_matched if args.time_matched is None else args.time_matched, grids, rows,
     )  # fmt: skip
 
 

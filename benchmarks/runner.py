@@ -98,7 +98,9 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     if budget.limit_train_batches is not None:
         out.append(f"++limit_train_batches={budget.limit_train_batches}")
     out += run.row.overrides
-    out += [f"++{k}={v}" for m, k, v in map(parse_set, budget.sets) if m in (None, method)]
+    own = {f"method_kwargs.{k}" for k, _ in run.row.kwargs}  # a row's settings win over --set
+    sets = [parse_set(s) for s in budget.sets]
+    out += [f"++{k}={v}" for m, k, v in sets if m in (None, method) and k not in own]
     return out + list(budget.overrides)
 
 
@@ -170,7 +172,23 @@ def cpu_name() -> str:
 FIELDS = ("key label method comparison seed epochs matched_to status error epochs_done "
           "train_seconds seconds_per_epoch wall_seconds knn_acc1 linear_acc1 offline_acc1 "
           "offline_knn_acc1 offline_l2 offline_uniformity offline_eff_rank peak_mem_mib settings "
-          "run_dir cpu").split()  # fmt: skip
+          "run_dir cpu plugin_version commit").split()  # fmt: skip
+
+
+def provenance() -> Dict[str, str]:
+    """The plugin version and the git commit of this checkout that trains a run ("-dirty" when
+    its tracked code differs from that commit; "unknown" outside a git checkout)."""
+    from attnce_plugin import __version__
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", "attnce_plugin")
+    if commit != "unknown" and changed:
+        commit += "-dirty"
+    return {"plugin_version": __version__, "commit": commit}
 
 
 def new_result(run: Run, **fields: Any) -> Result:
@@ -189,7 +207,7 @@ def launch(prep: Prepared) -> Result:
         (prep.run_dir / stale).unlink(missing_ok=True)
     shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
     prep.write()
-    result = new_result(prep.run, run_dir=str(prep.run_dir), cpu=cpu_name())
+    result = new_result(prep.run, run_dir=str(prep.run_dir), cpu=cpu_name(), **provenance())
     env = dict(os.environ, PYTHONWARNINGS=os.environ.get("PYTHONWARNINGS", "ignore"))
     # The run's cwd is its folder: this checkout's packages must be the ones imported there.
     paths = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]

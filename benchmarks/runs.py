@@ -151,6 +151,25 @@ class Grids:
         ]
 
 
+def parse_row(text: str, m: int, method: str = "attentionnce") -> Row:
+    """``--row [METHOD:]KEY=VALUE,...``: an ablation row of METHOD (default ``method``) at M
+    positives with these ``method_kwargs`` (numbers as floats)."""
+    name, _, pairs = text.rpartition(":")
+    name = name or method
+    if name not in POSITIVE_METHODS:
+        raise ValueError(f"--row {text!r}: method {name!r}; allowed values are {POSITIVE_METHODS}")
+    kwargs = []
+    for pair in filter(None, pairs.split(",")):
+        key, eq, value = (x.strip() for x in pair.partition("="))
+        if not eq or not key or not value:
+            raise ValueError(f"--row {text!r}: expected [METHOD:]KEY=VALUE,... , got {pair!r}")
+        try:
+            kwargs.append((key, float(value)))
+        except ValueError:
+            kwargs.append((key, value))
+    return Row(name, m, tuple(kwargs), "ablation")
+
+
 def bench_runs(
     methods: Sequence[str],
     seeds: Sequence[int],
@@ -159,9 +178,11 @@ def bench_runs(
     extra_m: Sequence[int] = (2,),
     time_matched: bool = True,
     grids: Optional[Grids] = None,
+    extra_rows: Sequence[Row] = (),
 ) -> List[Run]:
-    """Seed by seed: the equal-epoch rows, the ablation, then the equal-time rows (last: their
-    timings must exist when they start). ValueError names a bad method, seed, epochs, M or grid."""
+    """Seed by seed: the equal-epoch rows, the ablation (the grids, then ``extra_rows``), then the
+    equal-time rows (last: their timings must exist when they start). ValueError names a bad
+    method, seed, epochs, M or grid."""
     unknown = [x for x in methods if x not in METHODS]
     if unknown:
         raise ValueError(f"--methods: unknown {unknown}; allowed values are {list(METHODS)}")
@@ -177,6 +198,7 @@ def bench_runs(
         rows += [Row("attentionnce", k) for k in extra_m if k != m]
     if grids is not None:
         rows += grids.rows(m, skip_base=grids.method in methods)
+    rows += [r for r in extra_rows if r not in rows]
     if time_matched:
         rows += [
             Row(base, comparison="equal-time", time_of=Row(target, m))

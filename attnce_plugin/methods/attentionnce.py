@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from solo.losses.simclr import simclr_loss_func
 from solo.methods.base import BaseMethod
 
-from attnce_plugin.losses import attentionnce_loss_func, world_and_rank
+from attnce_plugin.losses import attentionnce_loss_func, gather, world_and_rank
 from attnce_plugin.methods.common import AttentionNCECommon
 from attnce_plugin.settings import AttentionNCEKwargs
 
@@ -78,17 +78,18 @@ class AttentionNCE(AttentionNCECommon, BaseMethod):
         out = super().training_step(anchor_batch, batch_idx)
         z, kw = out["z"], self.kwargs
         images = world_and_rank()[0] * len(indexes)
-        weights = []
         if kw.loss == "attentionnce":
             positives = self.forward_positives(self.multicrop_forward, positive_crops, "z")
             anchors = mean_anchor(z) if kw.anchor == "mean" else torch.cat(z)
+            per_image = 1 if kw.anchor == "mean" else 2
             args = (anchors, positives, indexes, kw.temperature, kw.d_pos, kw.d_neg)
             if self.attention_due(batch_idx):
-                nce_loss, w = attentionnce_loss_func(*args, return_attention=True)
-                weights.append(w)
+                nce_loss, w = attentionnce_loss_func(*args, kw.neg_weighting, return_attention=True)
+                # The candidates are the gathered anchors, view-major like the local ones.
+                labels = anchor_batch[2].repeat(per_image)
+                self.log_attention([(w, labels, gather(labels, False))])
             else:
-                nce_loss = attentionnce_loss_func(*args)
-            per_image = 1 if kw.anchor == "mean" else 2
+                nce_loss = attentionnce_loss_func(*args, kw.neg_weighting)
         else:
             # solo-learn's SimCLR.training_step (solo/methods/simclr.py:136-141): on the anchors,
             # or on every view (the baseline that sees the same views without the attention).
@@ -102,5 +103,5 @@ class AttentionNCE(AttentionNCECommon, BaseMethod):
             per_image = len(views)
         # Same key as solo-learn's SimCLR: both share dashboards.
         self.log("train_nce_loss", nce_loss, on_epoch=True, sync_dist=True)
-        self.keep_step(weights, z, nce_loss, per_image * images - per_image)
+        self.keep_step(z, nce_loss, per_image * images - per_image)
         return nce_loss + out["loss"]

@@ -133,23 +133,24 @@ class AttentionNCECommon:
     def attention_due(self, batch_idx: int) -> bool:
         return batch_idx % self.kwargs.attention_log_every == 0
 
-    def keep_step(
-        self,
-        weights: Sequence[AttentionWeights],
-        anchor_views: Sequence[torch.Tensor],
-        nce_nats: torch.Tensor,
-        num_negatives: int,
+    def log_attention(
+        self, calls: Sequence[Tuple[AttentionWeights, torch.Tensor, torch.Tensor]]
     ) -> None:
-        """Log the attention's activity (every ``attention_log_every`` batches, whatever the
-        diagnostics say: it belongs beside every result); keep, detached, what the diagnostics
-        callback logs of this step."""
-        stats = mean_stats([attention_stats(w) for w in weights]) if weights else {}
+        """Log the attention's activity and where its gradient goes (``train_attn_*``, every
+        ``attention_log_every`` batches, whatever the diagnostics say: it belongs beside every
+        result), from each loss call's weights with the anchors' and candidates' class labels,
+        which feed the ``argmax_same_class`` diagnostic only, never the loss."""
+        stats = mean_stats([attention_stats(*call) for call in calls])
+        log = self.log  # type: ignore[attr-defined]
         for name, value in stats.items():
             reduce = "max" if name == "max_beta" else "mean"
-            log = self.log  # type: ignore[attr-defined]
             log(f"train_attn_{name}", value, on_epoch=True, sync_dist=True, reduce_fx=reduce)
+
+    def keep_step(
+        self, anchor_views: Sequence[torch.Tensor], nce_nats: torch.Tensor, num_negatives: int
+    ) -> None:
+        """Keep, detached, what the diagnostics callback logs of this step."""
         self.diagnostics_step = {
-            "attention": stats,
             "anchor_views": [z.detach() for z in anchor_views[:2]],
             "nce_nats": nce_nats.detach(),
             "num_negatives": num_negatives,

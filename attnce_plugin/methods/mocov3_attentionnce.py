@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from solo.methods.base import BaseMethod, BaseMomentumMethod
 from solo.methods.mocov3 import MoCoV3
 
-from attnce_plugin.losses import attentionnce_mocov3_loss_func, world_and_rank
+from attnce_plugin.losses import attentionnce_mocov3_loss_func, gather, world_and_rank
 from attnce_plugin.methods.common import AttentionNCECommon
 from attnce_plugin.settings import MoCoV3AttentionNCEKwargs
 
@@ -58,18 +58,29 @@ class MoCoV3AttentionNCE(AttentionNCECommon, MoCoV3):
         # momentum_forward is no_grad: the positives' keys are targets, like MoCo's keys.
         positive_keys = self.forward_positives(self.momentum_forward, positive_crops, "k")
         due = self.attention_due(batch_idx)
+        labels = anchor_batch[2]
         losses, weights = [], []
         for q, k in ((0, 1), (1, 0)):
             result = attentionnce_mocov3_loss_func(
-                queries[q], keys[k], positive_keys, kw.temperature, kw.d_pos, kw.d_neg,
-                key_in_prototype=kw.key_in_prototype, return_attention=due,
-            )  # fmt: skip
+                queries[q],
+                keys[k],
+                positive_keys,
+                kw.temperature,
+                kw.d_pos,
+                kw.d_neg,
+                kw.neg_weighting,
+                key_in_prototype=kw.key_in_prototype,
+                return_attention=due,
+            )
             losses.append(result[0] if due else result)
-            weights += [result[1]] if due else []
+            # The candidates are the gathered keys, in the order of the gathered labels.
+            weights += [(result[1], labels, gather(labels, False))] if due else []
+        if weights:
+            self.log_attention(weights)
         contrastive_loss = losses[0] + losses[1]
         # Same key as solo-learn's MoCo v3: both share dashboards.
         self.log("train_contrastive_loss", contrastive_loss, on_epoch=True, sync_dist=True)
         # In nats per query: the 2 * tau scale divided out, the mean of the two terms.
         nats = contrastive_loss.detach() / (4 * kw.temperature)
-        self.keep_step(weights, out["z"], nats, world_and_rank()[0] * len(queries[0]) - 1)
+        self.keep_step(out["z"], nats, world_and_rank()[0] * len(queries[0]) - 1)
         return contrastive_loss + out["loss"]

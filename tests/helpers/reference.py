@@ -3,7 +3,10 @@
 Written straight from the paper's equations (docs in ../shared/docs/attentionnce.md), in exp space
 and with explicit loops, sharing no code with attnce_plugin: the tests compare the package against
 these. alpha and beta are computed from detached similarities, which is how the published formula
-is differentiated (stop-gradient on the attention). ``log_space=True`` takes the same ratio as a
+is differentiated (stop-gradient on the attention). ``neg_weighting="importance"`` puts beta
+outside the exponent (``beta * exp(n / tau)``) instead of in it (``exp(beta * n / tau)``), and
+:func:`hcl_row_loss` is HCL's estimator (Robinson et al., ICLR 2021, joshr17/HCL ``image/main.py``)
+as that paper writes it. ``log_space=True`` takes the same ratio as a
 log-sum-exp, for the cases where the published exp-space order overflows even float64.
 """
 
@@ -29,6 +32,7 @@ def _row_loss(
     d_pos: Optional[float],
     d_neg: Optional[float],
     log_space: bool = False,
+    neg_weighting: str = "logit",
 ) -> torch.Tensor:
     """Loss of one anchor [d] with positives [P, d] and negatives [K, d].
 
@@ -48,11 +52,30 @@ def _row_loss(
     else:
         w = torch.exp(n.detach() / d_neg)
         beta = (w / w.sum() + BETA_EPS) * k
+    if neg_weighting == "importance":
+        neg_logits = n / tau + torch.log(beta)
+        neg = (beta * torch.exp(n / tau)).sum()
+    else:
+        neg_logits = beta * n / tau
+        neg = torch.exp(beta * n / tau).sum()
     if log_space:
-        return torch.logsumexp(torch.cat([pos_logit.view(1), beta * n / tau]), 0) - pos_logit
+        return torch.logsumexp(torch.cat([pos_logit.view(1), neg_logits]), 0) - pos_logit
     pos = torch.exp(pos_logit)
-    neg = torch.exp(beta * n / tau).sum()
     return -torch.log(pos / (pos + neg))
+
+
+def hcl_row_loss(
+    anchor: torch.Tensor, pos_items: torch.Tensor, neg_items: torch.Tensor, tau: float, b: float
+) -> torch.Tensor:
+    """HCL with concentration ``b`` and no debiasing (tau+ = 0), for one anchor: the negatives'
+    term ``N * sum(imp * e^(n / tau)) / sum(imp)`` with ``imp = e^(b n / tau)`` (not detached),
+    clamped below at ``N e^(-1 / tau)``; the positive is the mean prototype's logit."""
+    pos = torch.exp((pos_items @ anchor).mean() / tau)
+    neg = torch.exp(neg_items @ anchor / tau)
+    imp = neg.pow(b)
+    ng = (imp * neg).sum() / imp.mean()
+    ng = torch.clamp(ng, min=len(neg) * torch.exp(torch.tensor(-1.0 / tau, dtype=ng.dtype)))
+    return -torch.log(pos / (pos + ng))
 
 
 def simclr_form(
@@ -63,6 +86,7 @@ def simclr_form(
     d_pos: Optional[float],
     d_neg: Optional[float],
     log_space: bool = False,
+    neg_weighting: str = "logit",
 ) -> torch.Tensor:
     """Reference for ``attentionnce_loss_func``: anchors [V*b, d], positives [b, M, d], indexes [b]."""
     b = positives.shape[0]
@@ -72,7 +96,9 @@ def simclr_form(
     losses = []
     for i in range(a.shape[0]):
         negs = [j for j in range(a.shape[0]) if row_index[j] != row_index[i]]
-        losses.append(_row_loss(a[i], p[i % b], a[negs], tau, d_pos, d_neg, log_space))
+        losses.append(
+            _row_loss(a[i], p[i % b], a[negs], tau, d_pos, d_neg, log_space, neg_weighting)
+        )
     return torch.stack(losses).mean()
 
 
@@ -85,6 +111,7 @@ def mocov3_form(
     d_neg: Optional[float],
     key_in_prototype: bool = True,
     log_space: bool = False,
+    neg_weighting: str = "logit",
 ) -> torch.Tensor:
     """Reference for ``attentionnce_mocov3_loss_func``: query, key [b, d], positive_keys [b, M, d].
     ``key_in_prototype=False``: the positives are the M positive keys alone."""
@@ -97,5 +124,7 @@ def mocov3_form(
         if not key_in_prototype:
             pos_items = pk[i]
         negs = [j for j in range(k.shape[0]) if j != i]
-        losses.append(_row_loss(q[i], pos_items, k[negs], tau, d_pos, d_neg, log_space))
+        losses.append(
+            _row_loss(q[i], pos_items, k[negs], tau, d_pos, d_neg, log_space, neg_weighting)
+        )
     return torch.stack(losses).mean() * (2 * tau)

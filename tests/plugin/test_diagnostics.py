@@ -99,7 +99,6 @@ def test_train_batch_logs_alignment_and_mi_bound():
     module, callback = _Module(), diag.AttentionDiagnostics()
     views = torch.randn(2, 6, 4)
     module.diagnostics_step = {
-        "attention": {"max_beta": torch.tensor(1.5), "eff_num_positives": torch.tensor(3.0)},
         "anchor_views": views,
         "num_negatives": 10,
         "nce_nats": torch.tensor(2.0),

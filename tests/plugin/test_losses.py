@@ -25,6 +25,7 @@ from attnce_plugin.losses import (
 )
 
 EPS = 1e-6  # the published formula's beta = (softmax + 1e-6) * K
+WEIGHTINGS = ("logit", "importance")
 
 # (b, M, views, tau, d_pos, d_neg): the paper's recipes and both ends of the scales.
 SETTINGS = [
@@ -62,28 +63,96 @@ def _assert_same(got, want, rtol=1e-9, atol=1e-10):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("b,m,views,tau,d_pos,d_neg", SETTINGS)
-def test_simclr_form_matches_reference(b, m, views, tau, d_pos, d_neg, device):
+@pytest.mark.parametrize("weighting", WEIGHTINGS)
+def test_simclr_form_matches_reference(b, m, views, tau, d_pos, d_neg, weighting, device):
     a, p, idx = _inputs(b, m, views, device=device)
-    got = _value_and_grads(attentionnce_loss_func(a, p, idx, tau, d_pos, d_neg), a, p)
+    got = attentionnce_loss_func(a, p, idx, tau, d_pos, d_neg, weighting)
+    got = _value_and_grads(got, a, p)
     ac, pc = a.detach().cpu().requires_grad_(), p.detach().cpu().requires_grad_()
-    want = _value_and_grads(reference.simclr_form(ac, pc, idx.cpu(), tau, d_pos, d_neg), ac, pc)
+    want = reference.simclr_form(ac, pc, idx.cpu(), tau, d_pos, d_neg, neg_weighting=weighting)
     assert got[0].dtype == torch.float64  # fp64 inputs compute in fp64
-    _assert_same(got, want)
+    _assert_same(got, _value_and_grads(want, ac, pc))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("b,m,views,tau,d_pos,d_neg", SETTINGS)
 @pytest.mark.parametrize("key_in_prototype", [True, False])
-def test_mocov3_form_matches_reference(b, m, views, tau, d_pos, d_neg, key_in_prototype, device):
+@pytest.mark.parametrize("weighting", WEIGHTINGS)
+def test_mocov3_form_matches_reference(
+    b, m, views, tau, d_pos, d_neg, key_in_prototype, weighting, device
+):
     a, pk, _ = _inputs(b, m, 2, device=device)
     q, k = a[:b], a[b:].detach()
     got = attentionnce_mocov3_loss_func(
-        q, k, pk, tau, d_pos, d_neg, key_in_prototype=key_in_prototype
+        q, k, pk, tau, d_pos, d_neg, weighting, key_in_prototype=key_in_prototype
     )
     got = _value_and_grads(got, q, pk)
     qc, pkc = q.detach().cpu().requires_grad_(), pk.detach().cpu().requires_grad_()
-    want = reference.mocov3_form(qc, k.cpu(), pkc, tau, d_pos, d_neg, key_in_prototype)
+    want = reference.mocov3_form(
+        qc, k.cpu(), pkc, tau, d_pos, d_neg, key_in_prototype, neg_weighting=weighting
+    )
     _assert_same(got, _value_and_grads(want, qc, pkc))
+
+
+@pytest.mark.parametrize("tau,d_neg", [(0.5, 0.5), (0.2, 1.0), (0.2, 0.3), (0.1, 10.0)])
+def test_importance_form_is_hcl_with_concentration_tau_over_d_neg(tau, d_neg):
+    """HCL (tau+ = 0, b = tau / d_neg) normalises its weights by their mean exactly; ours adds
+    the published 1e-6 to the softmax: the values agree to that term. HCL differentiates through
+    its weights, so the gradients are the importance formula's (test above), not HCL's."""
+    a, p, idx = _inputs(6, 3, 2, seed=4)
+    got = attentionnce_loss_func(a, p, idx, tau, 1e12, d_neg, "importance")
+    an, pn, rows = F.normalize(a, dim=1), F.normalize(p, dim=2), idx.repeat(2)
+    want = torch.stack(
+        [
+            reference.hcl_row_loss(an[i], pn[i % 6], an[rows != rows[i]], tau, tau / d_neg)
+            for i in range(12)
+        ]
+    ).mean()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def _push_and_pull(anchors, positives, indexes, tau, d_pos, d_neg, weighting):
+    """Per anchor, from autograd on the float64 reference: tau dL/dn_j of each negative, and
+    -tau sum_m dL/ds_m over the positives (the anchor is a unit vector, so a derivative in a
+    candidate's cosine is the gradient in that candidate's vector projected on the anchor)."""
+    b = len(indexes)
+    a, p = F.normalize(anchors.detach(), dim=1), F.normalize(positives.detach(), dim=2)
+    rows = indexes.repeat(len(a) // b)
+    out = []
+    for i in range(len(a)):
+        pos, neg = p[i % b].clone().requires_grad_(), a[rows != rows[i]].clone().requires_grad_()
+        loss = reference._row_loss(a[i], pos, neg, tau, d_pos, d_neg, neg_weighting=weighting)
+        g_pos, g_neg = torch.autograd.grad(loss, (pos, neg))
+        out.append((tau * (g_neg @ a[i]), -tau * (g_pos @ a[i]).sum()))
+    return out
+
+
+@pytest.mark.parametrize("d_neg", [0.3, 1.0, 1e9])
+@pytest.mark.parametrize("weighting", WEIGHTINGS)
+def test_push_ratio_and_top1_share_follow_autograd(d_neg, weighting):
+    a, p, idx = _inputs(5, 3, 2, seed=6)
+    _, w = attentionnce_loss_func(a, p, idx, 0.2, 1.0, d_neg, weighting, return_attention=True)
+    stats = attention_stats(w)
+    rows = _push_and_pull(a, p, idx, 0.2, 1.0, d_neg, weighting)
+    ratio = torch.stack([push.sum() / pull for push, pull in rows]).mean()
+    share = torch.stack([push.max() / push.sum() for push, _ in rows]).mean()
+    torch.testing.assert_close(stats["push_ratio"].double(), ratio, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(stats["top1_push_share"].double(), share, rtol=1e-5, atol=1e-6)
+    if weighting == "importance" or d_neg > 1e6:  # balanced: the push equals the pull
+        assert float(stats["push_ratio"]) == pytest.approx(1.0, abs=1e-5)
+    else:  # the paper's form pushes the negatives harder than it pulls the positive
+        assert float(stats["push_ratio"]) > 1.01
+
+
+def test_argmax_same_class_counts_the_hardest_negatives_class():
+    a, p, idx = _inputs(4, 2, 2, seed=7)
+    _, w = attentionnce_loss_func(a, p, idx, 0.2, 1.0, 0.5, return_attention=True)
+    labels = torch.tensor([0, 1, 0, 1]).repeat(2)
+    hardest = w.beta.argmax(dim=1)
+    want = (labels[hardest] == labels).double().mean()
+    stats = attention_stats(w, labels, labels)
+    assert float(stats["argmax_same_class"]) == pytest.approx(float(want))
+    assert "argmax_same_class" not in attention_stats(w, labels - 1, labels - 1)  # unlabelled
 
 
 def test_mocov3_form_without_positive_keys_is_solo_learns_mocov3():
@@ -102,25 +171,38 @@ def test_mocov3_form_without_positive_keys_is_solo_learns_mocov3():
     )
 
 
-def _plain_infonce(anchors, positives, indexes, tau, beta):
-    """M = 1 and every negative's logit scaled by the constant ``beta``: cross-entropy."""
+def _plain_infonce(anchors, positives, indexes, tau, beta, shift=0.0):
+    """M = 1 and every negative's logit scaled by the constant ``beta`` and raised by ``shift``:
+    cross-entropy."""
     b, views = len(indexes), len(anchors) // len(indexes)
     a, p = F.normalize(anchors, dim=1), F.normalize(positives[:, 0], dim=1)
     rows = indexes.repeat(views)
     losses = []
     for i in range(len(a)):
         negs = a[rows != rows[i]]
-        logits = torch.cat([(a[i] @ p[i % b]).view(1), beta * (negs @ a[i])]) / tau
+        logits = torch.cat([(a[i] @ p[i % b]).view(1), beta * (negs @ a[i]) + shift * tau]) / tau
         losses.append(torch.logsumexp(logits, 0) - logits[0])
     return torch.stack(losses).mean()
 
 
-def test_d_neg_to_infinity_gives_plain_negatives_with_beta_one_plus_k_eps():
+@pytest.mark.parametrize("weighting", WEIGHTINGS)
+def test_d_neg_to_infinity_gives_plain_negatives_with_beta_one_plus_k_eps(weighting):
     a, p, idx = _inputs(6, 1, 2)
     k = 2 * 6 - 2
-    got = _value_and_grads(attentionnce_loss_func(a, p, idx, 0.3, 1.0, 1e12), a, p)
-    want = _value_and_grads(_plain_infonce(a, p, idx, 0.3, 1 + k * EPS), a, p)
-    _assert_same(got, want)
+    got = _value_and_grads(attentionnce_loss_func(a, p, idx, 0.3, 1.0, 1e12, weighting), a, p)
+    if weighting == "logit":  # exp(beta n / tau) with beta = 1 + K eps
+        want = _plain_infonce(a, p, idx, 0.3, 1 + k * EPS)
+    else:  # beta exp(n / tau): InfoNCE plus log(1 + K eps) on every negative's logit
+        want = _plain_infonce(a, p, idx, 0.3, 1.0, math.log(1 + k * EPS))
+    _assert_same(got, _value_and_grads(want, a, p))
+
+
+def test_both_forms_are_infonce_with_the_mean_prototype_as_d_neg_and_d_pos_grow():
+    a, p, idx = _inputs(6, 4, 2, seed=8)
+    mean_proto = reference.simclr_form(a, p, idx, 0.3, None, None)  # alpha = 1/M, beta = 1
+    for weighting in WEIGHTINGS:
+        got = attentionnce_loss_func(a, p, idx, 0.3, 1e12, 1e12, weighting)
+        torch.testing.assert_close(got, mean_proto, rtol=1e-4, atol=1e-6)  # up to the 1e-6 term
 
 
 def test_d_pos_limits_and_a_single_positive():
@@ -163,6 +245,11 @@ def test_finite_and_exact_where_exp_space_overflows():
     torch.testing.assert_close(got32[0].double(), want[0], rtol=1e-4, atol=1e-3)
     half = attentionnce_loss_func(a.detach().half(), p.detach().bfloat16(), *args)
     assert half.dtype == torch.float32 and torch.isfinite(half)  # half inputs compute in fp32
+    # The importance form on the same inputs: finite in fp32, close to its fp64 formula.
+    got = attentionnce_loss_func(a32, p32, *args, "importance")
+    want = reference.simclr_form(a, p, *args, log_space=True, neg_weighting="importance")
+    assert all(torch.isfinite(g).all() for g in torch.autograd.grad(got, (a32, p32)))
+    torch.testing.assert_close(got.detach().double(), want.detach(), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.gpu
@@ -245,14 +332,29 @@ def test_attention_stats_by_hand():
         alpha=torch.tensor([[0.5, 0.5], [1.0, 0.0]]),
         beta=torch.tensor([[1.0, 1.0, 0.0], [2.0, 0.0, 0.0]]),
         valid=torch.tensor([[True, True, False], [True, False, False]]),
+        push=torch.tensor([[0.2, 0.6, 0.0], [0.5, 0.0, 0.0]]),
+        pull=torch.tensor([0.4, 0.5]),
     )
     stats = {k: float(v) for k, v in attention_stats(weights).items()}
     assert stats["eff_num_positives"] == pytest.approx((2 + 1) / 2)
     assert stats["alpha_entropy"] == pytest.approx(math.log(2) / 2)
     assert stats["max_beta"] == 2.0
     assert stats["eff_num_negatives"] == pytest.approx((4 / 2 + 4 / 4) / 2)
+    assert (stats["num_positives"], stats["num_negatives"]) == (2.0, 1.5)
+    assert stats["push_ratio"] == pytest.approx((0.8 / 0.4 + 0.5 / 0.5) / 2)
+    assert stats["top1_push_share"] == pytest.approx((0.75 + 1.0) / 2)
     two = mean_stats([attention_stats(weights), {k: torch.tensor(1.0) for k in stats}])
     assert float(two["max_beta"]) == 2.0 and float(two["eff_num_negatives"]) == 1.25
+
+
+def test_bad_neg_weighting_is_refused_with_the_allowed_values():
+    a, p, idx = _inputs(2, 2)
+    for call in (
+        lambda: attentionnce_loss_func(a, p, idx, neg_weighting="outside"),
+        lambda: attentionnce_mocov3_loss_func(a[:2], a[2:], p, neg_weighting="outside"),
+    ):
+        with pytest.raises(ValueError, match="neg_weighting.*logit.*importance"):
+            call()
 
 
 @pytest.mark.parametrize("name", ["temperature", "d_pos", "d_neg"])

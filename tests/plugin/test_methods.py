@@ -22,7 +22,6 @@ from helpers.configs import batches as make_batches  # noqa: E402
 from helpers.configs import compose_pretrain_cfg  # noqa: E402
 from helpers.trainer import cpu_trainer  # noqa: E402
 
-from attnce_plugin.diagnostics import AttentionDiagnostics  # noqa: E402
 from attnce_plugin.losses import attentionnce_loss_func  # noqa: E402
 from attnce_plugin.methods import AttentionNCE, MoCoV3AttentionNCE  # noqa: E402
 from attnce_plugin.methods.common import bn_running_stats_frozen  # noqa: E402
@@ -110,12 +109,16 @@ def test_loss_simclr_all_views_is_solo_learns_simclr_with_small_crops(tiny_image
     _assert_trains_like_solo(ours, reference, make_batches(3, 6, small=16), reference_crops=6)
 
 
-@pytest.mark.parametrize("anchor", ["views", "mean"])
-def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, tiny_image_folder):
+@pytest.mark.parametrize(
+    "anchor,weighting", [("views", "logit"), ("mean", "logit"), ("views", "importance")]
+)
+def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, tiny_image_folder):
     """training_step's loss == the online classifier's loss + attentionnce_loss_func of the
     anchors' ``forward`` and the positives' ``multicrop_forward``, crop by crop."""
     cfg = compose_pretrain_cfg(
-        "attentionnce.yaml", tiny_image_folder["train"], [f"+method_kwargs.anchor={anchor}"]
+        "attentionnce.yaml",
+        tiny_image_folder["train"],
+        [f"+method_kwargs.anchor={anchor}", f"method_kwargs.neg_weighting={weighting}"],
     )
     model = AttentionNCE(cfg).eval()  # eval: BatchNorm and the forwards are deterministic
     indexes, crops, targets = make_batches(1, 6, small=32)[0]
@@ -129,7 +132,7 @@ def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, tiny_image_folder
             anchors = torch.cat(z)
         kw = cfg.method_kwargs
         nce = attentionnce_loss_func(
-            anchors, positives, indexes, kw.temperature, kw.d_pos, kw.d_neg
+            anchors, positives, indexes, kw.temperature, kw.d_pos, kw.d_neg, weighting
         )
         logits = [model(c)["logits"] for c in crops[:2]]
         cls = (
@@ -196,10 +199,13 @@ def test_attention_logged_every_k_batches_and_callbacks_built(tiny_image_folder)
     batch = make_batches(1, 6, small=32)[0]
     seen = []
     for batch_idx in range(4):
+        names: List[str] = []
+        model.log = lambda name, *args, **kwargs: names.append(name)
         model.training_step(batch, batch_idx)
-        seen.append(bool(model.diagnostics_step["attention"]))
-    assert seen == [True, False, True, False]
-    assert isinstance(AttentionDiagnostics(), pl.Callback)
+        seen.append({n for n in names if n.startswith("train_attn_")})
+    assert not seen[1] and not seen[3] and seen[0] == seen[2]
+    mechanism = {"push_ratio", "top1_push_share", "argmax_same_class", "num_negatives"}
+    assert {f"train_attn_{k}" for k in mechanism} <= seen[0]
 
 
 def test_wrong_crop_count_is_named(tiny_image_folder):

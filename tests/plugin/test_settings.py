@@ -25,6 +25,7 @@ SCHEMAS = {
 COMMON_DEFAULTS = {
     "d_pos": 1.0,
     "d_neg": 1.0,
+    "neg_weighting": "logit",
     "batch_positives": False,
     "positives_update_bn": True,
     "attention_log_every": 10,
@@ -105,6 +106,8 @@ def test_bad_values_are_refused_naming_the_key(method, key, value, message):
         ("attentionnce", "projector", "mlp_ln", "['mlp', 'mlp_bn']"),
         ("attentionnce", "anchor", "first", "['views', 'mean']"),
         ("mocov3_attentionnce", "loss", "simclr", "['attentionnce', 'mocov3']"),
+        ("attentionnce", "neg_weighting", "outside", "['logit', 'importance']"),
+        ("mocov3_attentionnce", "neg_weighting", "hcl", "['logit', 'importance']"),
     ],
 )
 def test_choices_outside_their_list_name_the_allowed_values(method, key, value, allowed):
