@@ -33,6 +33,12 @@ from lightning.pytorch.callbacks import Callback
 PHASES = ("data", "forward", "backward", "optimizer")
 
 
+def read_records(path: Path, event: Optional[str] = None) -> List[Dict[str, Any]]:
+    """A record file's lines (of one ``event``), in order; a half-written line is left out."""
+    lines = [ln for ln in Path(path).read_text().splitlines() if ln.endswith("}")]
+    return [r for r in map(json.loads, lines) if event is None or r.get("event") == event]
+
+
 def _scalar(value: Any) -> Optional[float]:
     """A one-element tensor or a real number as a float, else None."""
     if isinstance(value, torch.Tensor):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from benchmarks.recorder import read_records
 from benchmarks.runs import PIXELS, QUESTIONS, UNTRAINED
 
 #: (mean, sample std); std is None with fewer than 2 values, mean None with none.
@@ -74,12 +75,6 @@ def paired(a: Dict[int, float], b: Dict[int, float]) -> Optional[Dict[str, float
     se = std / math.sqrt(n)
     t = mean / se if se > 0 else math.copysign(math.inf, mean) if mean else 0.0
     return {"n": n, "mean": mean, "std": std, "t": t, "detectable": t975(n - 1) * se}
-
-
-def read_records(path: Path, event: Optional[str] = None) -> List[Dict[str, Any]]:
-    """A record file's lines (of one ``event``), in order; a half-written line is left out."""
-    lines = [ln for ln in Path(path).read_text().splitlines() if ln.endswith("}")]
-    return [r for r in map(json.loads, lines) if event is None or r.get("event") == event]
 
 
 #: The attention's activity at the end of training (issue 47): record key, column title.

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from omegaconf import DictConfig, OmegaConf
 
-from benchmarks.report import read_records
+from benchmarks.recorder import read_records
 from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Row, Run, matched_epochs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import pytest
 
 from attnce_plugin.seam import require_solo
 from benchmarks.__main__ import main
-from benchmarks.report import read_records
+from benchmarks.recorder import read_records
 
 pytestmark = pytest.mark.integration  # trains through solo-learn
 

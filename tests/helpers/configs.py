@@ -85,7 +85,7 @@ def pretrain_argv(
 ) -> List[str]:
     """Command line of ``main_pretrain.py`` for a shipped config, shrunk to a CPU smoke run
     (``trainer=cpu``); with ``record``, the run's steps and epochs go to that JSON-lines file
-    (the benchmark's recorder, attached through ``diagnostics.callbacks``; ``benchmarks.report.read_records``).
+    (the benchmark's recorder, attached through ``diagnostics.callbacks``; ``benchmarks.recorder.read_records``).
     """
     from attnce_plugin.configs import config_dir
     from attnce_plugin.seam import solo_checkout_dir

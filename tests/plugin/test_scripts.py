@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnce_plugin.seam import require_solo, solo_checkout_dir
-from benchmarks.report import read_records
+from benchmarks.recorder import read_records
 
 require_solo()
 
