@@ -33,8 +33,7 @@ import torch
 from omegaconf import OmegaConf
 
 from benchmarks.loss_cost import emit, parser, start, time_interleaved
-from benchmarks.recorder import PHASES
-from benchmarks.recorder import read_records
+from benchmarks.recorder import PHASES, read_records
 from benchmarks.report import table
 from benchmarks.runner import compose
 from benchmarks.runs import METHODS, POSITIVE_METHODS, Row, Run

@@ -10,8 +10,7 @@ import pytest
 import torch
 from lightning.pytorch import LightningModule, Trainer
 
-from benchmarks.recorder import RunRecorder
-from benchmarks.recorder import read_records
+from benchmarks.recorder import RunRecorder, read_records
 
 COMMITTED = (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "reference" / "runs"
              / "equal-epoch" / "SimCLR" / "seed0" / "record.jsonl")  # fmt: skip
