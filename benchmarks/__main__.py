@@ -7,8 +7,7 @@ them, print the tables. A long preset runs in parts, each a command line; finish
     python3 -m benchmarks --preset reference --methods simclr,attentionnce --seeds 1 \\
         --out benchmarks/results/reference               # one part of the reference preset
     python3 -m benchmarks --preset reference --report-only --out benchmarks/results/reference
-    python3 -m benchmarks --ablation --dneg-grid 1,0.3 --dpos-grid 1 --m-grid 4
-    python3 -m benchmarks --row d_pos=1,d_neg=1,neg_weighting=importance --methods attentionnce
+    python3 -m benchmarks --row d_pos=1,d_neg=1,neg_weighting=importance --row d_pos=1,d_neg=0.3
     python3 -m benchmarks --set optimizer.lr=0.3 --set attentionnce:method_kwargs.d_neg=1
     python3 -m benchmarks -- ++trainer_option=value      # raw Hydra overrides, every run
 """
@@ -19,22 +18,25 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import signal
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from benchmarks import report, runner
-from benchmarks.runs import (
+# Third-party deprecations (pkg_resources, timm) are not ours to show: each run's own output,
+# warnings included, goes to its train.log.
+warnings.filterwarnings("ignore")
+
+from benchmarks import report, runner  # noqa: E402
+from benchmarks.runs import (  # noqa: E402
     METHODS,
     PIXELS,
     POSITIVE_METHODS,
     PRESETS,
-    Grids,
     Run,
     bench_runs,
     parse_row,
@@ -48,12 +50,15 @@ def _list(kind: type):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser("python3 -m benchmarks", description=__doc__,
-                                epilog="Arguments after '--' go unchanged to every run.",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        "python3 -m benchmarks",
+        description=__doc__,
+        epilog="Arguments after '--' go unchanged to every run.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add = p.add_argument
-    add("--preset", default="default", choices=list(PRESETS),
-        help="; ".join(f"{k}: {v.description}" for k, v in PRESETS.items()))  # fmt: skip
+    presets = "; ".join(f"{k}: {v.description}" for k, v in PRESETS.items())
+    add("--preset", default="default", choices=list(PRESETS), help=presets)
     add("--methods", type=_list(str), help=f"some of {','.join(METHODS)} (default: the preset's)")
     add("--seeds", type=_list(int), help="e.g. 0,1,2 (default: the preset's)")
     add("--epochs", type=int, help="equal-epoch budget (default: the preset's)")
@@ -63,42 +68,43 @@ def build_parser() -> argparse.ArgumentParser:
     add("--limit-train-batches", type=int, help="Lightning's limit_train_batches")
     add("--num-positives", type=int, default=4, help="M of the AttentionNCE rows")
     add("--extra-m", type=_list(int), help="more M rows of attentionnce (default: the preset's)")
-    add("--no-time-matched", dest="time_matched", action="store_false", default=None,
-        help="no equal-time baseline rows")  # fmt: skip
-    add("--ablation", action="store_true", help="also the M / d_pos / d_neg (/ anchor) grids")
+    add("--no-time-matched", dest="time_matched", action="store_false", default=None)
     add("--ablation-method", default="attentionnce", choices=POSITIVE_METHODS[:2])
-    add("--m-grid", type=_list(int), default=(1, 2, 4))
-    add("--dpos-grid", type=_list(float), default=(0.5, 1.0, 2.0, 4.0))
-    add("--dneg-grid", type=_list(float), default=(0.5, 1.0, 10.0))
-    add("--anchor-grid", type=_list(str), default=(), help="e.g. mean")
-    add("--row", dest="rows", action="append", default=[], metavar="[METHOD:]KEY=VALUE,...",
+    add(
+        "--row",
+        dest="rows",
+        action="append",
+        default=[],
+        metavar="[METHOD:]KEY=VALUE,...",
         help="an ablation row: METHOD (default --ablation-method) at --num-positives with these "
-        "method_kwargs, which win over --set; repeatable")  # fmt: skip
-    add("--set", dest="sets", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
-        help="a config value, for every run or one method's")  # fmt: skip
+        "method_kwargs, which win over --set; repeatable",
+    )
+    add(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="[METHOD:]KEY=VALUE",
+        help="a config value, for every run or one method's",
+    )
     add("--out", default="bench_out", help="output folder (default ./bench_out)")
     add("--data-cache", help="converted Fashion-MNIST (default <out>/data)")
     add("--no-offline-probe", dest="offline_probe", action="store_false")
-    add("--no-references", dest="references", action="store_false",
-        help="no untrained-backbone and raw-pixel rows")  # fmt: skip
+    add("--no-references", dest="references", action="store_false", help="no untrained/pixels")
     add("--keep-checkpoints", action="store_true")
     add("--dry-run", action="store_true", help="write each run's config and command only")
     add("--report-only", action="store_true", help="the tables from the records in --out only")
     return p
 
 
-def plan(args: argparse.Namespace, base: tuple = (1.0, 10.0)) -> List[Run]:
+def plan(args: argparse.Namespace) -> List[Run]:
     preset = PRESETS[args.preset]
-    grids = None
-    if args.ablation:
-        grids = Grids(args.ablation_method, args.m_grid, args.dpos_grid, args.dneg_grid,
-                      args.anchor_grid, base)  # fmt: skip
     rows = [parse_row(text, args.num_positives, args.ablation_method) for text in args.rows]
-    return bench_runs(
-        args.methods or preset.methods, args.seeds or preset.seeds, args.epochs or preset.epochs,
-        args.num_positives, preset.extra_m if args.extra_m is None else args.extra_m,
-        preset.time_matched if args.time_matched is None else args.time_matched, grids, rows,
-    )  # fmt: skip
+    extra_m = preset.extra_m if args.extra_m is None else args.extra_m
+    time_matched = preset.time_matched if args.time_matched is None else args.time_matched
+    seeds, epochs = args.seeds or preset.seeds, args.epochs or preset.epochs
+    methods = args.methods or preset.methods
+    return bench_runs(methods, seeds, epochs, args.num_positives, extra_m, time_matched, rows)
 
 
 def read_results(out: Path, runs: Sequence[Run]) -> List[runner.Result]:
@@ -119,13 +125,15 @@ def make_budget(args: argparse.Namespace, out: Path) -> runner.Budget:
     n_train, n_val = args.num_train or preset.num_train, args.num_val or preset.num_val
     cache = Path(args.data_cache).resolve() if args.data_cache else out / "data"
     train, val = prepare_fashion_mnist(cache, n_train, n_val, image_size=runner.CROP)
-    note = (f"Fashion-MNIST (Debian dataset-fashion-mnist): {n_train} training images (class-"
-            f"stratified subset of the 60,000), {n_val} validation images (of the 10,000 test "
-            f"images), {runner.CROP} px RGB")  # fmt: skip
+    note = (
+        f"Fashion-MNIST (Debian dataset-fashion-mnist): {n_train} training images (class-"
+        f"stratified subset of the 60,000), {n_val} validation images (of the 10,000 test "
+        f"images), {runner.CROP} px RGB"
+    )
+    batch = args.batch_size or preset.batch_size
     return runner.Budget(
-        str(train), str(val), note, args.batch_size or preset.batch_size,
-        args.limit_train_batches, preset.crop_min_scale, sets, args.overrides,
-    )  # fmt: skip
+        str(train), str(val), note, batch, args.limit_train_batches, preset.crop_min_scale, sets
+    )
 
 
 def machine() -> str:
@@ -134,10 +142,27 @@ def machine() -> str:
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (f"{runner.cpu_name()}, {os.cpu_count()} CPU cores visible, {gpu}; Python "
-            f"{platform.python_version()}, torch {torch.__version__}, "
-            + ", ".join(f"{n} {version(n)}" for n in ("solo-learn", "lightning", "torchmetrics",
-                                                      "hydra-core")))  # fmt: skip
+    names = ("solo-learn", "lightning", "torchmetrics", "hydra-core")
+    return (
+        f"{runner.cpu_name()}, {os.cpu_count()} CPU cores visible, {gpu}; Python "
+        f"{sys.version.split()[0]}, torch {torch.__version__}, "
+        + ", ".join(f"{n} {version(n)}" for n in names)
+    )
+
+
+def reference_tables(args: argparse.Namespace) -> str:
+    """The committed reference preset's regime and verdicts, rebuilt from its records."""
+    ref = dict(vars(args), preset="reference", methods=None, seeds=None, epochs=None)
+    ref.update(extra_m=None, time_matched=None, rows=[])
+    lines = report.aggregate(read_results(REFERENCE, plan(argparse.Namespace(**ref))))
+    return (
+        "\n# The real result: the reference preset (6,000 images, 29 epochs, 3 seeds), rebuilt "
+        "from its committed records\n\n`python3 -m benchmarks --preset reference --report-only "
+        "--out benchmarks/results/reference` prints all its tables.\n\n"
+        + report.summary_table(lines)
+        + "\n\n"
+        + report.verdicts_markdown(lines)
+    )
 
 
 def bench(args: argparse.Namespace, command: str) -> int:
@@ -154,15 +179,12 @@ def bench(args: argparse.Namespace, command: str) -> int:
         from attnce_plugin.seam import require_solo
 
         require_solo()
-        base = (1.0, 10.0)
-        if args.ablation:  # the grids vary around the shipped setting
-            cfg = runner.compose(runner.config_name(args.ablation_method), [])
-            base = (float(cfg.method_kwargs.d_pos), float(cfg.method_kwargs.d_neg))
-        runs = plan(args, base)
+        runs = plan(args)
         budget = make_budget(args, out)
+        budget.overrides = args.overrides
         print(f"benchmarks: {len(runs)} runs; output in {out}", file=sys.stderr)
-        results = runner.execute(runs, budget, out, args.offline_probe, args.dry_run,
-                          args.keep_checkpoints)  # fmt: skip
+        keep = args.keep_checkpoints
+        results = runner.execute(runs, budget, out, args.offline_probe, args.dry_run, keep)
         if args.dry_run:
             return 0
         if args.references and args.offline_probe:
@@ -182,13 +204,7 @@ def bench(args: argparse.Namespace, command: str) -> int:
     subset = args.report_only and args.seeds  # printed only: the folder's files cover every seed
     print("\n" + md + ("" if subset else report.write_outputs(results, md, out)))
     if PRESETS[args.preset].show_reference and out != REFERENCE.resolve():
-        ref = argparse.Namespace(**dict(vars(args), preset="reference", methods=None, seeds=None,
-                                        epochs=None, extra_m=None, time_matched=None))  # fmt: skip
-        lines = report.aggregate(read_results(REFERENCE, plan(ref)))
-        print("\n# The real result: the reference preset (6,000 images, 29 epochs, 3 seeds), "
-              "rebuilt from its committed records\n\n`python3 -m benchmarks --preset reference "
-              "--report-only --out benchmarks/results/reference` prints all its tables.\n\n"
-              + report.regime_markdown(lines) + "\n" + report.verdicts_markdown(lines))  # fmt: skip
+        print(reference_tables(args))
     failed = [r for r in results if r["status"] != "ok"]
     if failed:
         print(f"{len(failed)} of {len(results)} runs failed or were skipped", file=sys.stderr)

@@ -73,8 +73,10 @@ class RunRecorder(Callback):
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
         on_cuda = torch.cuda.is_available() and getattr(pl_module.device, "type", "") == "cuda"
         cuda = torch.cuda.max_memory_allocated() / 2**20 if on_cuda else None
-        return {"peak_rss_mib": rss / (2**20 if sys.platform == "darwin" else 2**10),
-                "peak_cuda_mib": cuda}  # fmt: skip
+        return {
+            "peak_rss_mib": rss / (2**20 if sys.platform == "darwin" else 2**10),
+            "peak_cuda_mib": cuda,
+        }
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._fit_start = time.perf_counter()
@@ -82,13 +84,19 @@ class RunRecorder(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         # Here, not at fit start: the training loader (and so its length) exists from now on.
         batches = trainer.num_training_batches
-        self._write(trainer, {
-            "event": "fit_start", "max_epochs": trainer.max_epochs,
-            "num_training_batches": batches if math.isfinite(batches) else None,
-            "precision": str(trainer.precision), "world_size": trainer.world_size,
-            "sync_batchnorm_layers": sum(isinstance(m, torch.nn.SyncBatchNorm)
-                                         for m in pl_module.modules()),
-        })  # fmt: skip
+        self._write(
+            trainer,
+            {
+                "event": "fit_start",
+                "max_epochs": trainer.max_epochs,
+                "num_training_batches": batches if math.isfinite(batches) else None,
+                "precision": str(trainer.precision),
+                "world_size": trainer.world_size,
+                "sync_batchnorm_layers": sum(
+                    isinstance(m, torch.nn.SyncBatchNorm) for m in pl_module.modules()
+                ),
+            },
+        )
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._epoch_start = self._mark_at = time.perf_counter()
@@ -136,16 +144,20 @@ class RunRecorder(Callback):
         now = time.perf_counter()
         end = self._last_batch_end or now
         losses = torch.stack([x.float() for _, _, x in self._steps]).tolist() if self._steps else []
-        steps = [{"event": "step", "step": step, "epoch": epoch, "loss": _json(value)}
-                 for (step, epoch, _), value in zip(self._steps, losses)]  # fmt: skip
+        steps = [
+            {"event": "step", "step": step, "epoch": epoch, "loss": _json(value)}
+            for (step, epoch, _), value in zip(self._steps, losses)
+        ]
         self._steps = []
         record: Dict[str, Any] = {
-            "event": "epoch", "epoch": trainer.current_epoch + 1,
+            "event": "epoch",
+            "epoch": trainer.current_epoch + 1,
             "train_seconds": end - (self._epoch_start or end),
             "elapsed_seconds": now - (self._fit_start or now),
             **{f"{phase}_seconds": value for phase, value in self._phases.items()},
-            "val_seconds": self._val_seconds, **self._peaks(pl_module),
-        }  # fmt: skip
+            "val_seconds": self._val_seconds,
+            **self._peaks(pl_module),
+        }
         for key, value in trainer.callback_metrics.items():
             number = _scalar(value)
             if number is not None and key not in record:
@@ -155,5 +167,6 @@ class RunRecorder(Callback):
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         now = time.perf_counter()
         elapsed = now - (self._fit_start or now)
-        self._write(trainer, {"event": "fit_end", "elapsed_seconds": elapsed,
-                              **self._peaks(pl_module)})  # fmt: skip
+        self._write(
+            trainer, {"event": "fit_end", "elapsed_seconds": elapsed, **self._peaks(pl_module)}
+        )

@@ -34,6 +34,8 @@ class BenchConfigError(ValueError):
 
 #: The embedded data's size: the views' and (benchmarks/hooks.py) the validation images'.
 CROP = 32
+#: Seconds between looks at a training run's record for its progress line.
+PROGRESS_S = 10.0
 
 
 @dataclass
@@ -74,9 +76,13 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     ``--set`` values, the raw ones. No loader workers: on 2 cores they slow the step more than
     they save."""
     method = run.row.method
-    out = list(METHODS[method][2]) + ["++data.dataset=custom", f"++data.train_path={budget.train}",
-           f"++data.val_path={budget.val}", "++data.num_workers=0",
-           f"++views.crop_size={CROP}"]  # fmt: skip
+    out = list(METHODS[method][2]) + [
+        "++data.dataset=custom",
+        f"++data.train_path={budget.train}",
+        f"++data.val_path={budget.val}",
+        "++data.num_workers=0",
+        f"++views.crop_size={CROP}",
+    ]
     scale = budget.crop_min_scale
     if scale is not None:  # solo reads one crop_min_scale per pipeline; the MoCo form has three
         if METHODS[method][1].startswith("mocov3"):
@@ -87,14 +93,20 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     out.append("trainer=cpu")
     record = "++diagnostics.callbacks.record"
     out += [
-        f"++name={method}-fashion_mnist-seed{run.seed}", f"++seed={run.seed}",
-        f"++max_epochs={run.epochs}", f"++optimizer.batch_size={budget.batch_size}",
+        f"++name={method}-fashion_mnist-seed{run.seed}",
+        f"++seed={run.seed}",
+        f"++max_epochs={run.epochs}",
+        f"++optimizer.batch_size={budget.batch_size}",
         "++scheduler.warmup_epochs=1",  # solo's 10 is longer than a CPU budget's whole run
-        "++knn_eval.enabled=True", "++knn_eval.k=20", f"++checkpoint.dir={run_dir / 'ckpt'}",
-        "++checkpoint.keep_prev=False", "++auto_resume.enabled=False",
-        "++enable_progress_bar=False", f"{record}._target_=benchmarks.recorder.RunRecorder",
+        "++knn_eval.enabled=True",
+        "++knn_eval.k=20",
+        f"++checkpoint.dir={run_dir / 'ckpt'}",
+        "++checkpoint.keep_prev=False",
+        "++auto_resume.enabled=False",
+        "++enable_progress_bar=False",
+        f"{record}._target_=benchmarks.recorder.RunRecorder",
         f"{record}.path={run_dir / 'record.jsonl'}",
-    ]  # fmt: skip
+    ]
     if budget.limit_train_batches is not None:
         out.append(f"++limit_train_batches={budget.limit_train_batches}")
     out += run.row.overrides
@@ -152,8 +164,15 @@ def prepare(run: Run, budget: Budget, out: Path) -> Prepared:
     run_dir = out / "runs" / run.key
     config = config_name(run.row.method)
     ovr = overrides(run, budget, run_dir)
-    command = [sys.executable, str(solo_checkout_dir() / "main_pretrain.py"), "--config-path",
-               "pkg://attnce_plugin.configs", "--config-name", config, *ovr]  # fmt: skip
+    command = [
+        sys.executable,
+        str(solo_checkout_dir() / "main_pretrain.py"),
+        "--config-path",
+        "pkg://attnce_plugin.configs",
+        "--config-name",
+        config,
+        *ovr,
+    ]
     hook = "+hydra.callbacks.bench"  # else solo validates custom data at 224 px
     command += [f"{hook}._target_=benchmarks.hooks.ValidateAtTrainSize", f"{hook}.size={CROP}"]
     return Prepared(run, run_dir, config, ovr, command, compose(config, ovr))
@@ -169,10 +188,12 @@ def cpu_name() -> str:
 
 
 #: The fields of a ``result.json``, in the order of every committed one.
-FIELDS = ("key label method comparison seed epochs matched_to status error epochs_done "
-          "train_seconds seconds_per_epoch wall_seconds knn_acc1 linear_acc1 offline_acc1 "
-          "offline_knn_acc1 offline_l2 offline_uniformity offline_eff_rank peak_mem_mib settings "
-          "run_dir cpu plugin_version commit").split()  # fmt: skip
+FIELDS = (
+    "key label method comparison seed epochs matched_to status error epochs_done "
+    "train_seconds seconds_per_epoch wall_seconds knn_acc1 linear_acc1 offline_acc1 "
+    "offline_knn_acc1 offline_l2 offline_uniformity offline_eff_rank peak_mem_mib settings "
+    "run_dir cpu plugin_version commit"
+).split()
 
 
 def provenance() -> Dict[str, str]:
@@ -193,10 +214,22 @@ def provenance() -> Dict[str, str]:
 
 def new_result(run: Run, **fields: Any) -> Result:
     row = run.row
-    known = dict(key=run.key, label=row.label, method=row.method, comparison=row.comparison,
-                 seed=run.seed, epochs=run.epochs, status="ok", error="", epochs_done=0,
-                 matched_to=row.time_of.label if row.time_of else None, wall_seconds=0.0,
-                 settings=list(row.overrides), run_dir="", cpu="")  # fmt: skip
+    known = dict(
+        key=run.key,
+        label=row.label,
+        method=row.method,
+        comparison=row.comparison,
+        seed=run.seed,
+        epochs=run.epochs,
+        status="ok",
+        error="",
+        epochs_done=0,
+        matched_to=row.time_of.label if row.time_of else None,
+        wall_seconds=0.0,
+        settings=list(row.overrides),
+        run_dir="",
+        cpu="",
+    )
     return {**dict.fromkeys(FIELDS), **known, **fields}
 
 
@@ -213,9 +246,15 @@ def launch(prep: Prepared) -> Result:
     paths = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     start = time.perf_counter()
-    with open(prep.run_dir / "train.log", "w") as log:  # run() kills it on Ctrl-C or SIGTERM
-        code = subprocess.run(prep.command, cwd=prep.run_dir, stdout=log,
-                              stderr=subprocess.STDOUT, env=env).returncode  # fmt: skip
+    with open(prep.run_dir / "train.log", "w") as log:
+        proc = subprocess.Popen(
+            prep.command, cwd=prep.run_dir, stdout=log, stderr=subprocess.STDOUT, env=env
+        )
+        try:
+            code = wait_showing_epochs(proc, prep.run_dir / "record.jsonl", prep.run.epochs)
+        finally:  # Ctrl-C or SIGTERM: the training stops too
+            if proc.poll() is None:
+                proc.kill()
     result["wall_seconds"] = time.perf_counter() - start
     record = prep.run_dir / "record.jsonl"
     epochs = read_records(record, "epoch") if record.is_file() else []
@@ -223,15 +262,41 @@ def launch(prep: Prepared) -> Result:
     if epochs:
         seconds = sum(float(r["train_seconds"]) for r in epochs)
         last, peak = epochs[-1], max(float(r.get("peak_rss_mib") or 0) for r in epochs)
-        result.update(train_seconds=seconds, seconds_per_epoch=seconds / len(epochs),
-                      knn_acc1=last.get("val_knn_acc1"), linear_acc1=last.get("val_acc1"),
-                      peak_mem_mib=peak or None)  # fmt: skip
+        result.update(
+            train_seconds=seconds,
+            seconds_per_epoch=seconds / len(epochs),
+            knn_acc1=last.get("val_knn_acc1"),
+            linear_acc1=last.get("val_acc1"),
+            peak_mem_mib=peak or None,
+        )
     if code != 0:
         tail = (prep.run_dir / "train.log").read_text(errors="replace").splitlines()[-15:]
         result.update(status="failed", error=f"exit {code}:\n" + "\n".join(tail))
     elif len(epochs) < prep.run.epochs:
         result.update(status="failed", error=f"{len(epochs)} of {prep.run.epochs} epochs recorded")
     return result
+
+
+def wait_showing_epochs(proc: subprocess.Popen, record: Path, epochs: int) -> int:
+    """Wait for the training process, showing its finished epochs and the time left on one
+    updating line: the record is read when the process has run another ``PROGRESS_S`` seconds, not
+    polled in a loop."""
+    shown, tty = -1, sys.stderr.isatty()
+    while True:
+        try:
+            code = proc.wait(timeout=PROGRESS_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        done = read_records(record, "epoch") if record.is_file() else []
+        if len(done) != shown and done:
+            shown = len(done)
+            per_epoch = float(done[-1]["elapsed_seconds"]) / shown
+            left = (epochs - shown) * per_epoch / 60
+            line = f"    epoch {shown}/{epochs}, {per_epoch:.0f} s/epoch, ~{left:.0f} min left"
+            print(("\r" if tty else "") + line, end="" if tty else "\n", file=sys.stderr)
+        if code is not None:
+            print("", file=sys.stderr) if tty and shown > 0 else None
+            return code
 
 
 def save_result(result: Result) -> None:
@@ -255,8 +320,7 @@ def probe_into(result: Result, backbone: Callable[[], Any], budget: Budget, cfg:
 
     try:
         settings = probe_settings(OmegaConf.to_container(cfg, resolve=True))
-        result.update(probe_backbone(backbone(), Path(budget.train), Path(budget.val),
-                                     **settings))  # fmt: skip
+        result.update(probe_backbone(backbone(), Path(budget.train), Path(budget.val), **settings))
     except Exception as err:  # a probe failure must not lose the pretraining result
         result["error"] = f"offline probe failed: {type(err).__name__}: {err}"
 
@@ -276,14 +340,21 @@ def equal_time_epochs(run: Run, results: Sequence[Result], out: Path) -> Union[i
         return f"no finished '{Row(run.row.method).label}' and '{run.row.time_of.label}' runs"
     b, t = found[0][seeds[0]], found[1][seeds[0]]
     if b.get("cpu") and t.get("cpu") and b["cpu"] != t["cpu"]:
-        return (f"'{b['label']}' trained on {b['cpu']!r} and '{t['label']}' on {t['cpu']!r}: "
-                "their seconds do not compare")  # fmt: skip
+        return (
+            f"'{b['label']}' trained on {b['cpu']!r} and '{t['label']}' on {t['cpu']!r}: "
+            "their seconds do not compare"
+        )
     return matched_epochs(int(b["epochs"]), b["seconds_per_epoch"], t["seconds_per_epoch"])
 
 
-def execute(runs: Sequence[Run], budget: Budget, out: Path, probe: bool = True,
-            dry_run: bool = False, keep_checkpoints: bool = False,
-            ) -> List[Result]:  # fmt: skip
+def execute(
+    runs: Sequence[Run],
+    budget: Budget,
+    out: Path,
+    probe: bool = True,
+    dry_run: bool = False,
+    keep_checkpoints: bool = False,
+) -> List[Result]:
     """Train (or reuse) and probe every run, in order; every config is composed before the first
     run starts, so that a bad override fails at once."""
     from benchmarks.probe import load_pretrained_backbone
@@ -324,8 +395,11 @@ def execute(runs: Sequence[Run], budget: Budget, out: Path, probe: bool = True,
             shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
         save_result(result)
         results.append(result)
-        print(f"{what}: {result['status']}, {result['seconds_per_epoch'] or 0:.1f} s/epoch; "
-              f"{result['error']}", file=sys.stderr)  # fmt: skip
+        print(
+            f"{what}: {result['status']}, {result['seconds_per_epoch'] or 0:.1f} s/epoch; "
+            f"{result['error']}",
+            file=sys.stderr,
+        )
     return results
 
 

@@ -1,6 +1,7 @@
 """The run table: each method a shipped config plus overrides, each table row typed once as a
-:class:`Row`, the presets, and the run lists (equal epochs, the ablation, equal time) built from
-them. A run is one call of solo-learn's ``main_pretrain.py``: one row, one seed, one epoch count."""
+:class:`Row`, the presets, the run lists (equal epochs, the ablation rows, equal time) built from
+them, and what each ablation row is compared with. A run is one call of solo-learn's ``main_pretrain.py``: one row, one seed, one epoch count.
+"""
 
 from __future__ import annotations
 
@@ -13,17 +14,29 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 #: the two controls are the same 2 + M views without the attention (solo-learn's SimCLR loss on
 #: every view), and the attention off (d -> inf: the mean prototype, plain negatives).
 METHODS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
-    "simclr": ("SimCLR", "attentionnce",
-               ("++method_kwargs.loss=simclr", "++views.num_positives=0")),
-    "mocov3": ("MoCo v3", "mocov3_attentionnce",
-               ("++method_kwargs.loss=mocov3", "++views.num_positives=0")),
+    "simclr": (
+        "SimCLR",
+        "attentionnce",
+        ("++method_kwargs.loss=simclr", "++views.num_positives=0"),
+    ),
+    "mocov3": (
+        "MoCo v3",
+        "mocov3_attentionnce",
+        ("++method_kwargs.loss=mocov3", "++views.num_positives=0"),
+    ),
     "attentionnce": ("AttentionNCE", "attentionnce", ()),
     "mocov3_attentionnce": ("MoCo v3 + AttentionNCE", "mocov3_attentionnce", ()),
-    "simclr_views": ("SimCLR on the same views", "attentionnce",
-                     ("++method_kwargs.loss=simclr_all_views",)),
-    "attentionnce_off": ("AttentionNCE, attention off", "attentionnce",
-                         ("++method_kwargs.d_pos=1000000.0", "++method_kwargs.d_neg=1000000.0")),
-}  # fmt: skip
+    "simclr_views": (
+        "SimCLR on the same views",
+        "attentionnce",
+        ("++method_kwargs.loss=simclr_all_views",),
+    ),
+    "attentionnce_off": (
+        "AttentionNCE, attention off",
+        "attentionnce",
+        ("++method_kwargs.d_pos=1000000.0", "++method_kwargs.d_neg=1000000.0"),
+    ),
+}
 #: The methods whose rows see M positive views; the first two are the AttentionNCE forms.
 POSITIVE_METHODS = ("attentionnce", "mocov3_attentionnce", "simclr_views", "attentionnce_off")
 #: baseline -> the AttentionNCE method whose training time its equal-time row matches.
@@ -56,8 +69,10 @@ class Row:
     @property
     def overrides(self) -> Tuple[str, ...]:
         out = (f"++views.num_positives={self.m}",) if self.m else ()
-        return out + tuple(f"++method_kwargs.{k}={str(v).lower() if isinstance(v, bool) else v}"
-                           for k, v in self.kwargs)  # fmt: skip
+        return out + tuple(
+            f"++method_kwargs.{k}={str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in self.kwargs
+        )
 
 
 @dataclass(frozen=True)
@@ -78,13 +93,47 @@ class Run:
 ATTN = Row("attentionnce", 4)
 MOCO_ATTN = Row("mocov3_attentionnce", 4)
 QUESTIONS: Tuple[Tuple[str, Row, Row], ...] = (
-    ("Does AttentionNCE beat SimCLR at equal time?",
-     ATTN, Row("simclr", comparison="equal-time", time_of=ATTN)),
+    (
+        "Does AttentionNCE beat SimCLR at equal time?",
+        ATTN,
+        Row("simclr", comparison="equal-time", time_of=ATTN),
+    ),
     ("Does it beat SimCLR on the same views?", ATTN, Row("simclr_views", 4)),
     ("Is the attention itself responsible?", ATTN, Row("attentionnce_off", 4)),
-    ("Does the MoCo form beat MoCo v3 (equal time)?",
-     MOCO_ATTN, Row("mocov3", comparison="equal-time", time_of=MOCO_ATTN)),
-)  # fmt: skip
+    (
+        "Does the MoCo form beat MoCo v3 (equal time)?",
+        MOCO_ATTN,
+        Row("mocov3", comparison="equal-time", time_of=MOCO_ATTN),
+    ),
+)
+
+
+def row_of(result: Dict[str, Any]) -> Row:
+    """The :class:`Row` of a ``result.json``, from its method and its row's overrides."""
+    m, kwargs = 0, []
+    for setting in result.get("settings") or []:
+        key, _, value = setting.lstrip("+").partition("=")
+        if key == "views.num_positives":
+            m = int(value)
+        elif key.startswith("method_kwargs."):
+            kwargs.append((key.split(".", 1)[1], _value(value)))
+    return Row(result["method"], m, tuple(kwargs), result["comparison"])
+
+
+def controls(row: Row) -> List[Row]:
+    """What an ablation row is set against: the same views without the attention and the
+    attention off (at the row's temperature), equal-time SimCLR (at the preset's), and for the
+    ``importance`` form the same setting in the paper's ``logit`` form; a MoCo-form row, the
+    shipped MoCo form and MoCo v3."""
+    if row.method == "mocov3_attentionnce":
+        return [MOCO_ATTN, Row("mocov3")]
+    tau = tuple((k, v) for k, v in row.kwargs if k == "temperature")
+    out = [Row("simclr_views", row.m, tau), Row("attentionnce_off", row.m, tau)]
+    out += [] if tau else [QUESTIONS[0][2]]
+    if ("neg_weighting", "importance") in row.kwargs:
+        logit = tuple(kv for kv in row.kwargs if kv[0] != "neg_weighting")
+        out.append(Row(row.method, row.m, logit, "ablation"))
+    return [r for r in out if r.label != row.label]
 
 
 @dataclass(frozen=True)
@@ -110,50 +159,46 @@ PRESETS: Dict[str, Preset] = {
     "smoke": Preset(96, 40, 1, 16, (0,), "tests: 1 epoch of 6 batches, numbers meaningless"),
     # The reference recipe on a fifth of its images, a seventh of its epochs, one seed.
     "default": Preset(
-        1200, 1000, 4, 64, (0,), "the demo (~10 min on 2 CPU cores, below the learning regime), "
-        "then the reference's committed tables", extra_m=(), time_matched=False,
-        crop_min_scale=0.5, sets=("method_kwargs.temperature=0.2",), show_reference=True,
+        1200,
+        1000,
+        4,
+        64,
+        (0,),
+        "the demo (~10 min on 2 CPU cores, below the learning regime), "
+        "then the reference's committed tables",
+        extra_m=(),
+        time_matched=False,
+        crop_min_scale=0.5,
+        sets=("method_kwargs.temperature=0.2",),
+        show_reference=True,
     ),
     # Our recipe (milder crop, temperature 0.2), screened on SimCLR.
     "reference": Preset(
-        6000, 2000, 29, 128, (0, 1, 2), "every method and control, 3 seeds: ~40 h on 2 CPU cores, "
-        "run in parts (--methods, --seeds; finished runs are reused)", methods=tuple(METHODS),
-        crop_min_scale=0.5, sets=("method_kwargs.temperature=0.2",),
+        6000,
+        2000,
+        29,
+        128,
+        (0, 1, 2),
+        "every method and control, 3 seeds: ~40 h on 2 CPU cores, "
+        "run in parts (--methods, --seeds; finished runs are reused)",
+        methods=tuple(METHODS),
+        crop_min_scale=0.5,
+        sets=("method_kwargs.temperature=0.2",),
     ),
-}  # fmt: skip
+}
 
 
-@dataclass(frozen=True)
-class Grids:
-    """The ablation: each setting varied alone around the shipped (d_pos, d_neg) ``base``."""
-
-    method: str = "attentionnce"
-    m: Tuple[int, ...] = (1, 2, 4)
-    d_pos: Tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
-    d_neg: Tuple[float, ...] = (0.5, 1.0, 10.0)
-    anchor: Tuple[str, ...] = ()
-    base: Tuple[float, float] = (1.0, 10.0)
-
-    def rows(self, m_default: int, skip_base: bool) -> List[Row]:
-        d_pos, d_neg = self.base
-        points = [(int(m), d_pos, d_neg) for m in self.m]
-        points += [(m_default, float(d), d_neg) for d in self.d_pos]
-        points += [(m_default, d_pos, float(d)) for d in self.d_neg]
-        out = [
-            Row(self.method, m, (("d_pos", dp), ("d_neg", dn)), "ablation")
-            for m, dp, dn in dict.fromkeys(points)
-            if not (skip_base and (m, dp, dn) == (m_default, d_pos, d_neg))  # the equal-epoch row
-        ]
-        kw = (("d_pos", d_pos), ("d_neg", d_neg))
-        anchors = dict.fromkeys(a for a in self.anchor if a != "views")
-        return out + [
-            Row(self.method, m_default, kw + (("anchor", a),), "ablation") for a in anchors
-        ]
+def _value(text: str) -> Any:
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def parse_row(text: str, m: int, method: str = "attentionnce") -> Row:
     """``--row [METHOD:]KEY=VALUE,...``: an ablation row of METHOD (default ``method``) at M
-    positives with these ``method_kwargs`` (numbers as floats)."""
+    positives with these ``method_kwargs`` (numbers as floats): one setting varied at a time
+    around the shipped one, or any combination."""
     name, _, pairs = text.rpartition(":")
     name = name or method
     if name not in POSITIVE_METHODS:
@@ -163,10 +208,7 @@ def parse_row(text: str, m: int, method: str = "attentionnce") -> Row:
         key, eq, value = (x.strip() for x in pair.partition("="))
         if not eq or not key or not value:
             raise ValueError(f"--row {text!r}: expected [METHOD:]KEY=VALUE,... , got {pair!r}")
-        try:
-            kwargs.append((key, float(value)))
-        except ValueError:
-            kwargs.append((key, value))
+        kwargs.append((key, _value(value)))
     return Row(name, m, tuple(kwargs), "ablation")
 
 
@@ -177,28 +219,22 @@ def bench_runs(
     m: int = 4,
     extra_m: Sequence[int] = (2,),
     time_matched: bool = True,
-    grids: Optional[Grids] = None,
-    extra_rows: Sequence[Row] = (),
+    ablation: Sequence[Row] = (),
 ) -> List[Run]:
-    """Seed by seed: the equal-epoch rows, the ablation (the grids, then ``extra_rows``), then the
-    equal-time rows (last: their timings must exist when they start). ValueError names a bad
-    method, seed, epochs, M or grid."""
+    """Seed by seed: the equal-epoch rows, the ``ablation`` rows, then the equal-time rows (last:
+    their timings must exist when they start). ValueError names a bad method, seed, epochs or M."""
     unknown = [x for x in methods if x not in METHODS]
     if unknown:
         raise ValueError(f"--methods: unknown {unknown}; allowed values are {list(METHODS)}")
-    if grids is not None and grids.method not in POSITIVE_METHODS[:2]:
-        raise ValueError(f"--ablation-method={grids.method!r}: allowed {POSITIVE_METHODS[:2]}")
-    if grids is not None and grids.anchor and grids.method != "attentionnce":
-        raise ValueError("--anchor-grid: method_kwargs.anchor is a setting of attentionnce only")
     if not seeds or epochs < 1 or m < 1:
-        raise ValueError(f"--seeds {list(seeds)}, --epochs {epochs}, --num-positives {m}: need "
-                         "a seed, and epochs and M of at least 1")  # fmt: skip
+        raise ValueError(
+            f"--seeds {list(seeds)}, --epochs {epochs}, --num-positives {m}: need "
+            "a seed, and epochs and M of at least 1"
+        )
     rows = [Row(x, m if x in POSITIVE_METHODS else 0) for x in methods]
     if "attentionnce" in methods:
         rows += [Row("attentionnce", k) for k in extra_m if k != m]
-    if grids is not None:
-        rows += grids.rows(m, skip_base=grids.method in methods)
-    rows += [r for r in extra_rows if r not in rows]
+    rows += [r for r in ablation if r not in rows]
     if time_matched:
         rows += [
             Row(base, comparison="equal-time", time_of=Row(target, m))

@@ -1,24 +1,25 @@
-"""The report (benchmarks/report.py): the committed reference records rebuild the committed tables
-to the digit; the activity columns are the records' last-epoch values; the paired statistics and
-the noise rule agree with hand computation and Student's t table."""
+"""benchmarks/report.py: the paired rule and Holm's correction against hand computation and
+Student's t table, the verdict lines and their count on hand-made results, the activity columns
+against the records, each ablation row's controls; and the tables README.md and docs/results.md
+show are exactly the report's, rebuilt from the committed records."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from benchmarks import report
-from benchmarks.__main__ import main
+from benchmarks.__main__ import main, plan, read_results
+from benchmarks.runs import Row, controls, parse_row, row_of
 
-REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "reference"
-
-
-def _section(text: str, title: str) -> str:
-    return text.split(f"## {title}\n")[1].split("\n## ")[0]
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "benchmarks" / "results" / "reference"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 @pytest.fixture(scope="module")
@@ -26,130 +27,163 @@ def rebuilt(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("ref") / "reference"
     shutil.copytree(REFERENCE / "runs", out / "runs")
     assert main(["--preset", "reference", "--report-only", "--out", str(out)]) == 0
+    assert (out / "results.png").is_file() and (out / "curves.png").is_file()
     return (out / "results.md").read_text()
 
 
-#: Rows and verdicts as the 0.5.0 harness printed them from the same records (c40550c's
-#: benchmarks/results/reference/results.md): the rewritten report must print the same numbers.
-PRINTED_BY_0_5_0 = [
-    "| AttentionNCE (M=4) | 29 | 0,1,2 | 83.22 ± 0.35 | 80.68 ± 0.75 | +3.52 | +2.67 | +1.22 | no | no |",
-    "| SimCLR (time of AttentionNCE) | 82 | 0,1,2 | 82.93 ± 1.00 | 80.77 ± 0.21 | +3.23 | +2.75 | +0.93 | no | no |",
-    "- Is the attention itself responsible? AttentionNCE (M=4) minus AttentionNCE, attention off (M=4): "
-    "offline linear -0.9, not clear; offline kNN -0.4, not clear (seeds 0,1,2 / 0,1,2).",
-]  # fmt: skip
+def _lines():
+    args = ["--preset", "reference", "--report-only", "--out", str(REFERENCE)]
+    from benchmarks.__main__ import build_parser
+
+    ns = build_parser().parse_args(args)
+    return report.aggregate(read_results(REFERENCE, plan(ns)))
 
 
-def test_report_only_rebuilds_the_committed_tables_to_the_digit(rebuilt: str) -> None:
+def _section(text: str, title: str) -> str:
+    return text.split(f"## {title}\n")[1].split("\n## ")[0]
+
+
+def test_the_committed_results_md_is_the_reports(rebuilt: str) -> None:
     committed = (REFERENCE / "results.md").read_text()
-    for title in (
-        "Equal epochs",
-        "Equal wall-clock",
-        "Regime",
-        "Verdicts",
-        "Representation health",
-    ):
+    for title in ("Summary", "Runs", "Regime", "Verdicts"):
         assert _section(rebuilt, title).strip() == _section(committed, title).strip(), title
-    lines = rebuilt.splitlines()
-    for old in PRINTED_BY_0_5_0:
-        assert any(line.startswith(old.rstrip(" |")) for line in lines), old
 
 
-def test_activity_is_each_records_last_epoch_mean_over_seeds(rebuilt: str) -> None:
-    def last(row: str, key: str) -> float:
-        values = []
-        for seed in range(3):
-            lines = (REFERENCE / "runs" / row / f"seed{seed}" / "record.jsonl").read_text()
-            epochs = [json.loads(ln) for ln in lines.splitlines() if '"event": "epoch"' in ln]
-            values.append(epochs[-1][f"train_attn_{key}"])
-        return sum(values) / 3
+def test_readme_and_results_doc_hold_exactly_the_reports_tables() -> None:
+    lines = _lines()
+    readme = (ROOT / "README.md").read_text()
+    assert report.summary_table(lines) in readme
+    results = (ROOT / "docs" / "results.md").read_text()
+    regime = _section(report.regime_markdown(lines), "Regime")
+    table = "\n".join(ln for ln in regime.splitlines() if ln.startswith("|"))
+    assert table in results
+    for line in report.verdicts_markdown(lines).splitlines():
+        if line.startswith(("- ", "| ")):
+            assert line in results, line
 
-    rows = [ln for ln in _section(rebuilt, "Regime").splitlines() if ln.startswith("| ")]
-    regime = {ln.split(" | ")[0][2:]: ln.strip(" |").split(" | ") for ln in rows}
-    for label, folder, p, k in [("AttentionNCE (M=4)", "AttentionNCE-M-4", 4, 254),
-                                ("MoCo v3 + AttentionNCE (M=4)",
-                                 "MoCo-v3-AttentionNCE-M-4", 5, 127),
-                                ("AttentionNCE, attention off (M=4)",
-                                 "AttentionNCE-attention-off-M-4", 4, 254)]:  # fmt: skip
-        cells = regime[label][-3:]
-        folder = f"equal-epoch/{folder}"
-        assert cells[0] == f"{last(folder, 'eff_num_positives'):.2f} of {p}"
-        assert cells[1] == f"{last(folder, 'eff_num_negatives'):.2f} of {k}"
-        assert cells[2] == f"{last(folder, 'max_beta'):.2f}"
-    assert regime["AttentionNCE (M=4)"][-3:] == ["3.99 of 4", "253.96 of 254", "1.10"]  # issue 47
-    assert regime["SimCLR"][-3:] == ["-", "-", "-"]
+
+def test_every_markdown_table_has_as_many_cells_as_its_header() -> None:
+    for path in DOCS:
+        width = None
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.startswith("|"):
+                width = None
+                continue
+            cells = len(re.split(r"(?<!\\)\|", line.strip())) - 2
+            width = width or cells
+            assert cells == width, f"{path.name}:{number}: {cells} cells under {width}"
+
+
+def test_every_benchmark_command_in_the_docs_parses() -> None:
+    from benchmarks.__main__ import build_parser
+
+    for path in DOCS:
+        for command in re.findall(r"python3 -m benchmarks((?: [^`\n]*)?)", path.read_text()):
+            argv = command.split(" -- ")[0].split()
+            try:
+                build_parser().parse_args(argv)
+            except SystemExit:
+                pytest.fail(f"{path.name}: `python3 -m benchmarks{command}` does not parse")
 
 
 def test_paired_statistics_by_hand_and_t_table() -> None:
     got = report.paired({0: 3.0, 1: 5.0, 2: 7.0, 9: 1.0}, {0: 2.0, 1: 3.0, 2: 4.0})
-    # differences 1, 2, 3: mean 2, std 1, t = 2 / (1 / sqrt 3), half-width t_0.975,2 / sqrt 3
-    assert got == pytest.approx({"n": 3, "mean": 2.0, "std": 1.0, "t": 2 * math.sqrt(3),
-                                 "detectable": 4.302653 / math.sqrt(3)})  # fmt: skip
+    # differences 1, 2, 3: mean 2, std 1, t = 2 / (1 / sqrt 3), half-width t_0.975,2 / sqrt 3;
+    # two-sided p of t = 3.4641 at 2 degrees of freedom (Student's table): 0.0742
+    want = {"n": 3, "mean": 2.0, "std": 1.0, "t": 2 * math.sqrt(3), "half": 4.302653 / math.sqrt(3)}
+    assert {k: got[k] for k in want} == pytest.approx(want)
+    assert got["p"] == pytest.approx(0.0742, abs=5e-4)
     assert report.paired({0: 1.0}, {0: 0.0}) is None
-    for df, t in ((1, 12.706), (4, 2.776), (12, 2.179), (20, 2.086), (30, 2.042), (120, 1.980)):
+    for df, t in ((1, 12.706), (4, 2.776), (12, 2.179), (30, 2.042), (120, 1.980)):
         assert report.t975(df) == pytest.approx(t, abs=1.5e-3)
 
 
-def test_the_noise_rule_and_verdict_text() -> None:
-    assert report.clear((60.0, 1.0), (57.0, 1.5)) is True  # 3.0 > 2.5
-    assert report.clear((60.0, 1.0), (58.0, 1.5)) is False
-    assert report.clear((60.0, None), (50.0, 1.0)) is None  # one seed decides nothing
-    assert report.verdict((57.0, 1.0), (60.0, 1.5)) == "-3.0, clear"
-    assert report.verdict((60.0, None), (59.0, 1.0)) == "+1.0, one seed"
-    assert report.mean_std([1.0, 3.0, None, float("nan")]) == (2.0, pytest.approx(2**0.5))
+def test_holm_steps_down_until_the_first_failure() -> None:
+    assert report.holm([0.01, 0.04, 0.03]) == [True, False, False]  # 0.03 > 0.05 / 2
+    assert report.holm([0.01, 0.02, 0.04]) == [True, True, True]  # 0.0167, 0.025, 0.05
+    assert report.holm([0.2, 0.001]) == [False, True]
 
 
-def test_verdict_lines_print_the_paired_statistics(rebuilt: str) -> None:
-    lines = _section(rebuilt, "Verdicts").splitlines()
-    third = lines[lines.index(next(ln for ln in lines if "attention itself" in ln)) + 1]
-    # attention off minus AttentionNCE, linear, per seed (from the committed result.json files)
-    a, b = ([json.loads((REFERENCE / "runs" / "equal-epoch" / row / f"seed{s}" / "result.json")
-             .read_text())["offline_acc1"] for s in range(3)]
-            for row in ("AttentionNCE-M-4", "AttentionNCE-attention-off-M-4"))  # fmt: skip
-    s = report.paired(dict(enumerate(a)), dict(enumerate(b)))
-    assert f"linear {s['mean']:+.2f} ± {s['std']:.2f}, t = {s['t']:+.2f}" in third
-    assert f"detectable {s['detectable']:.2f}" in third
+def _result(label, seed, lin, comparison="equal-epoch", settings=(), method="attentionnce"):
+    return {
+        "key": f"{label}/{seed}",
+        "label": label,
+        "comparison": comparison,
+        "seed": seed,
+        "epochs": 2,
+        "status": "ok",
+        "offline_acc1": lin,
+        "offline_knn_acc1": lin,
+        "error": "",
+        "settings": list(settings),
+        "method": method,
+    }
 
 
-def test_rows_tables_and_missing_verdicts_on_hand_made_results() -> None:
-    def r(label, comparison, seed, lin, status="ok"):
-        return {"key": f"{label}/{seed}", "label": label, "comparison": comparison, "seed": seed,
-                "epochs": 2, "status": status, "offline_acc1": lin, "error": ""}  # fmt: skip
-
-    results = [r("SimCLR", "equal-epoch", 0, 50.0), r("SimCLR", "equal-epoch", 1, 52.0),
-               r("SimCLR", "equal-epoch", 2, None, "failed")]  # fmt: skip
-    (line,) = report.aggregate(results)
-    assert line.seeds == [0, 1] and line.failed == [2] and line.stats["offline_acc1"][0] == 51.0
-    md = report.bench_markdown(results, ["header"])
-    assert "| SimCLR | 2 | 0,1 (failed: 2) |" in md and "## Verdicts" not in md
-    assert "FAILED or skipped: SimCLR/2" in md
-
-
-def test_each_ablation_row_is_set_against_the_three_controls() -> None:
-    def r(label, comparison, lin):
-        return {"key": label, "label": label, "comparison": comparison, "seed": 0, "epochs": 2,
-                "status": "ok", "offline_acc1": lin, "offline_knn_acc1": lin,
-                "error": ""}  # fmt: skip
-
-    controls = [q[2].label for q in report.QUESTIONS[:3]]  # equal time, same views, off
-    # an M=2 row has no controls at its M: no lines
-    results = [r("AttentionNCE (M=4, d_pos=1, d_neg=1)", "ablation", 80.0),
-               r("AttentionNCE (M=2, d_pos=1, d_neg=10)", "ablation", 70.0)]  # fmt: skip
-    results += [r(label, "equal-epoch", lin) for label, lin in zip(controls, (81.0, 82.5, 79.0))]
-    lines = [ln for ln in report.verdicts_markdown(report.aggregate(results)).splitlines()
-             if ln.startswith("- Ablation:")]  # fmt: skip
-    assert [ln.split(" minus ")[1].split(":")[0] for ln in lines] == [controls[1], controls[2],
-                                                                       controls[0]]  # fmt: skip
-    assert [ln.split("offline linear ")[1].split(",")[0] for ln in lines] == [
-        "-2.5",
-        "+1.0",
-        "-1.0",
+def test_verdict_lines_follow_the_paired_rule_and_are_counted() -> None:
+    off = "AttentionNCE, attention off (M=4)"
+    row = parse_row("d_pos=1,d_neg=1", 4)
+    results = [_result(off, s, 80.0 + s) for s in range(3)]
+    results += [
+        _result(row.label, s, 78.0 + s + 0.1 * (s - 1), "ablation", row.overrides) for s in range(3)
     ]
+    noisy = parse_row("d_pos=1,d_neg=0.3", 4)
+    results += [
+        _result(noisy.label, s, 80.0 + s + (1, -1.5, 0.5)[s], "ablation", noisy.overrides)
+        for s in range(3)
+    ]
+    one = parse_row("d_pos=1,d_neg=0.1", 4)
+    results.append(_result(one.label, 0, 77.0, "ablation", one.overrides))
+    md = report.verdicts_markdown(report.aggregate(results))
+    lines = {ln.split(" minus ")[0]: ln for ln in md.splitlines() if ln.startswith("- Ablation")}
+    assert "linear -2.00 ± 0.25" in lines[f"- Ablation: {row.label}"]  # diffs -2.1, -2, -1.9
+    assert ", real, survives Holm" in lines[f"- Ablation: {row.label}"]
+    assert "linear +0.00 ±" in lines[f"- Ablation: {noisy.label}"]
+    assert "not shown" in lines[f"- Ablation: {noisy.label}"]
+    assert "linear -3.00, one seed: no test" in lines[f"- Ablation: {one.label}"]
+    # 3 rows x 2 probes against the one control present; 4 paired, 2 real
+    assert "| 6 | 4 | 2 | 2 |" in md
 
 
-def test_report_only_on_some_seeds_prints_them_and_writes_nothing(tmp_path, capsys) -> None:
-    shutil.copytree(REFERENCE / "runs", tmp_path / "runs")
-    argv = ["--preset", "reference", "--report-only", "--seeds", "1,2", "--out", str(tmp_path)]
-    assert main(argv) == 0
-    printed = capsys.readouterr().out
-    assert "(seeds 1,2 / 1,2)" in printed and "seeds 0," not in printed
-    assert not (tmp_path / "results.md").exists()
+def test_each_ablation_row_is_set_against_its_controls() -> None:
+    def labels(row: Row) -> list:
+        return [c.label for c in controls(row)]
+
+    assert labels(parse_row("d_pos=1,d_neg=1", 4)) == [
+        "SimCLR on the same views (M=4)",
+        "AttentionNCE, attention off (M=4)",
+        "SimCLR (time of AttentionNCE)",
+    ]
+    tau = parse_row("d_pos=1,d_neg=0.4,temperature=0.5,neg_weighting=importance", 4)
+    assert labels(tau) == [
+        "SimCLR on the same views (M=4, temperature=0.5)",
+        "AttentionNCE, attention off (M=4, temperature=0.5)",
+        "AttentionNCE (M=4, d_pos=1, d_neg=0.4, temperature=0.5)",
+    ]
+    moco = parse_row("mocov3_attentionnce:d_neg=1", 4)
+    assert labels(moco) == ["MoCo v3 + AttentionNCE (M=4)", "MoCo v3"]
+    # the row a result.json was trained as, from its recorded overrides
+    recorded = {"method": "attentionnce", "comparison": "ablation", "settings": tau.overrides}
+    assert row_of(recorded) == tau
+
+
+def test_activity_is_each_records_last_epoch(rebuilt: str) -> None:
+    def last(folder: str, key: str, pick=lambda v: sum(v) / 3) -> float:
+        values = []
+        for seed in range(3):
+            text = (REFERENCE / "runs" / folder / f"seed{seed}" / "record.jsonl").read_text()
+            epochs = [json.loads(ln) for ln in text.splitlines() if '"event": "epoch"' in ln]
+            values.append(epochs[-1][f"train_attn_{key}"])
+        return pick(values)
+
+    rows = [ln for ln in _section(rebuilt, "Regime").splitlines() if ln.startswith("| ")]
+    regime = {ln.split(" | ")[0][2:]: ln.strip(" |").split(" | ") for ln in rows}
+    folder, label = (
+        "ablation/AttentionNCE-M-4-d-pos-1-d-neg-1",
+        "AttentionNCE (M=4, d_pos=1, d_neg=1)",
+    )
+    cells = regime[label][-5:]
+    assert cells[0] == f"{last(folder, 'eff_num_positives'):.2f} of 4"
+    assert cells[1] == f"{last(folder, 'eff_num_negatives'):.2f} of 254"
+    assert cells[2] == f"{last(folder, 'max_beta', max):.2f}"
+    assert regime["SimCLR"][-5:] == ["-"] * 5

@@ -8,29 +8,37 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.runs import PRESETS, QUESTIONS, Grids, Row, bench_runs, matched_epochs
+from benchmarks.runs import (
+    PRESETS,
+    QUESTIONS,
+    Row,
+    Run,
+    bench_runs,
+    matched_epochs,
+    parse_row,
+    row_of,
+)
 
 REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "reference" / "runs"
 
 
 def test_the_reference_plan_is_every_committed_record() -> None:
     p = PRESETS["reference"]
-    plan = {(r.key, r.row.label, r.row.method, r.row.comparison)
-            for r in bench_runs(p.methods, p.seeds, p.epochs)}  # fmt: skip
-    committed = [json.loads(path.read_text()) for path in REFERENCE.glob("*/*/seed*/result.json")]
-    trained = {(r["key"], r["label"], r["method"], r["comparison"])
-               for r in committed if r["comparison"] not in ("reference", "ablation")}  # fmt: skip
-    assert len(trained) == 27 and trained == plan
-    # issue 47's active-attention row, beside them on the same seeds
-    grids = Grids(m=(4,), d_pos=(1.0,), d_neg=(1.0,))
-    ablation = {
-        (r.key, r.row.label)
-        for r in bench_runs(
-            ["attentionnce"], p.seeds, p.epochs, extra_m=(4,), time_matched=False, grids=grids
-        )
-        if r.row.comparison == "ablation"
+    plan = {
+        (r.key, r.row.label, r.row.method, r.row.comparison)
+        for r in bench_runs(p.methods, p.seeds, p.epochs)
     }
-    assert ablation == {(r["key"], r["label"]) for r in committed if r["comparison"] == "ablation"}
+    committed = [json.loads(path.read_text()) for path in REFERENCE.glob("*/*/seed*/result.json")]
+    trained = {
+        (r["key"], r["label"], r["method"], r["comparison"])
+        for r in committed
+        if r["comparison"] not in ("reference", "ablation")
+    }
+    assert len(trained) == 27 and trained == plan
+    # every ablation record is filed and labelled as the row its recorded overrides make
+    for r in (r for r in committed if r["comparison"] == "ablation"):
+        row = row_of(r)
+        assert (row.label, Run(row, r["seed"], 0).key) == (r["label"], r["key"])
     # the equal-time rows name the row they matched as their records do
     matched = {r["label"]: r["matched_to"] for r in committed if r["matched_to"]}
     assert {r.label: r.time_of.label for r in (q[2] for q in QUESTIONS) if r.time_of} == matched
@@ -38,45 +46,69 @@ def test_the_reference_plan_is_every_committed_record() -> None:
 
 
 def test_ablation_rows_are_labelled_and_filed_as_the_old_harness_did() -> None:
-    grids = Grids(m=(4,), d_pos=(1.0,), d_neg=(1.0, 0.3), anchor=("views", "mean"))
-    runs = bench_runs(["attentionnce"], [0], 29, extra_m=(4,), time_matched=False, grids=grids)
+    rows = [
+        parse_row(t, 4) for t in ("d_pos=1,d_neg=1", "d_pos=1,d_neg=0.3,neg_weighting=importance")
+    ]
+    rows.append(parse_row("attentionnce_off:temperature=0.5", 4))
+    runs = bench_runs(["attentionnce"], [0], 29, extra_m=(4,), time_matched=False, ablation=rows)
     assert [(r.row.label, r.key, r.row.overrides) for r in runs[1:]] == [
-        ("AttentionNCE (M=4, d_pos=1, d_neg=1)", "ablation/AttentionNCE-M-4-d-pos-1-d-neg-1/seed0",
-         ("++views.num_positives=4", "++method_kwargs.d_pos=1.0", "++method_kwargs.d_neg=1.0")),
-        ("AttentionNCE (M=4, d_pos=1, d_neg=0.3)",
-         "ablation/AttentionNCE-M-4-d-pos-1-d-neg-0-3/seed0",
-         ("++views.num_positives=4", "++method_kwargs.d_pos=1.0", "++method_kwargs.d_neg=0.3")),
-        ("AttentionNCE (M=4, d_pos=1, d_neg=10, anchor=mean)",
-         "ablation/AttentionNCE-M-4-d-pos-1-d-neg-10-anchor-mean/seed0",
-         ("++views.num_positives=4", "++method_kwargs.d_pos=1.0", "++method_kwargs.d_neg=10.0",
-          "++method_kwargs.anchor=mean")),
-    ]  # fmt: skip
-    # the shipped setting (M=4, 1, 10) is the equal-epoch row, not an ablation run
+        (
+            "AttentionNCE (M=4, d_pos=1, d_neg=1)",
+            "ablation/AttentionNCE-M-4-d-pos-1-d-neg-1/seed0",
+            ("++views.num_positives=4", "++method_kwargs.d_pos=1.0", "++method_kwargs.d_neg=1.0"),
+        ),
+        (
+            "AttentionNCE (M=4, d_pos=1, d_neg=0.3, neg_weighting=importance)",
+            "ablation/AttentionNCE-M-4-d-pos-1-d-neg-0-3-neg-weighting-importance/seed0",
+            (
+                "++views.num_positives=4",
+                "++method_kwargs.d_pos=1.0",
+                "++method_kwargs.d_neg=0.3",
+                "++method_kwargs.neg_weighting=importance",
+            ),
+        ),
+        (
+            "AttentionNCE, attention off (M=4, temperature=0.5)",
+            "ablation/AttentionNCE-attention-off-M-4-temperature-0-5/seed0",
+            ("++views.num_positives=4", "++method_kwargs.temperature=0.5"),
+        ),
+    ]
     assert runs[0].row == Row("attentionnce", 4) and len(runs) == 4
 
 
 def test_runs_go_seed_by_seed_with_the_equal_time_rows_last() -> None:
     runs = bench_runs(["simclr", "mocov3", "attentionnce", "mocov3_attentionnce"], [0, 1], 4)
     assert [(r.row.label, r.epochs) for r in runs[:7]] == [
-        ("SimCLR", 4), ("MoCo v3", 4), ("AttentionNCE (M=4)", 4),
-        ("MoCo v3 + AttentionNCE (M=4)", 4), ("AttentionNCE (M=2)", 4),
-        ("SimCLR (time of AttentionNCE)", 0), ("MoCo v3 (time of MoCo v3 + AttentionNCE)", 0),
-    ]  # fmt: skip
+        ("SimCLR", 4),
+        ("MoCo v3", 4),
+        ("AttentionNCE (M=4)", 4),
+        ("MoCo v3 + AttentionNCE (M=4)", 4),
+        ("AttentionNCE (M=2)", 4),
+        ("SimCLR (time of AttentionNCE)", 0),
+        ("MoCo v3 (time of MoCo v3 + AttentionNCE)", 0),
+    ]
     assert len(runs) == 14 and {r.seed for r in runs[7:]} == {1}
     assert runs[5].key == "equal-time/SimCLR-time-of-AttentionNCE/seed0"
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [(dict(methods=["byol"]), "allowed values"), (dict(seeds=[]), "need a seed"),
-     (dict(epochs=0), "need a seed"),
-     (dict(grids=Grids(method="simclr")), "--ablation-method"),
-     (dict(grids=Grids(method="mocov3_attentionnce", anchor=("mean",))), "--anchor-grid")],
-)  # fmt: skip
+    [
+        (dict(methods=["byol"]), "allowed values"),
+        (dict(seeds=[]), "need a seed"),
+        (dict(epochs=0), "need a seed"),
+    ],
+)
 def test_bad_plans_are_named(kwargs, message) -> None:
     args = {"methods": ["attentionnce", "mocov3_attentionnce"], "seeds": [0], "epochs": 1, **kwargs}
     with pytest.raises(ValueError, match=message):
         bench_runs(**args)
+
+
+@pytest.mark.parametrize("text", ["simclr:d_neg=1", "d_neg", "d_neg=1,=2"])
+def test_bad_rows_name_the_flag_and_what_it_allows(text) -> None:
+    with pytest.raises(ValueError, match="--row .*(allowed values|KEY=VALUE)"):
+        parse_row(text, 4)
 
 
 def test_matched_epochs_rounds_and_never_cuts_the_budget() -> None:
