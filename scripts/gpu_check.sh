@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check: the tests marked `gpu` and the two cost benchmarks on a device (docs/performance.md,
-# "GPU (H200)").
+# The GPU check: the tests marked `gpu` and the step-cost benchmark on a device (docs/performance.md,
+# "On a GPU").
 #
 #   bash scripts/gpu_check.sh prepare            # here, where pip reaches PyPI: builds .gpucheck/
 #   OUT=/some/dir bash scripts/gpu_check.sh run  # on the GPU machine, with .gpucheck carried
@@ -69,11 +69,10 @@ run() {
     "$site" "${whl[@]}" || return 2
   export PYTHONPATH="$site:$PWD/$B/solo-learn:$PWD" PYTHONWARNINGS=ignore WANDB_MODE=disabled
 
-  local small_loss=() small_step=() precisions=(16-mixed bf16-mixed)
+  local small_step=() precisions=(16-mixed bf16-mixed)
   if [ "$dev" = cpu ]; then  # 16-mixed is CUDA's (fp16 autocast + GradScaler)
-    small_loss=(--batches 32 128 --views 1 4 --repeats 3)
     # two of the four methods: the CPU run checks the commands, the GPU run times every method
-    small_step=(--size 32 --batch-size 8 --steps 3 --warmup 1 --rounds 2 --small-heads
+    small_step=(--size 32 --batch-size 8 --steps 3 --warmup 1 --rounds 2
       --methods simclr attentionnce)
     precisions=(32 bf16-mixed)
   fi
@@ -103,8 +102,6 @@ sys.exit(3 if '$dev' == 'cuda' and not torch.cuda.is_available() else 0)"
   step tests 300 "tests.log, tests.xml" "$PY" -m pytest -q -p no:cacheprovider -m gpu \
     --device "$dev" --junitxml "$OUT/tests.xml" --ignore tests/plugin/methods/test_dali.py \
     ${GPUCHECK_TESTS:-tests}
-  step loss_cost 120 loss_cost.md "$PY" -m benchmarks.loss_cost --device "$dev" \
-    --out "$OUT/loss_cost.md" "${small_loss[@]}"
   for p in "${precisions[@]}"; do
     step "step_cost_$p" 150 "step_cost_$p.md" "$PY" -m benchmarks.step_cost --device "$dev" \
       --precision "$p" --out "$OUT/step_cost_$p.md" "${small_step[@]}"
