@@ -7,7 +7,8 @@
 #   bash scripts/gpu_check.sh run --cpu          # the same on this CPU, small sizes
 #
 # prepare copies solo-learn's solo/ and main_*.py from the installed checkout and the pure-Python
-# wheels the GPU machine lacks (Python 3.12 there) into .gpucheck/ (git-ignored, at most 48 MiB).
+# wheels the GPU machine lacks (Python 3.12 there; those missing from $GPUCHECK_WHEEL_CACHE are
+# fetched into it once) into .gpucheck/ (git-ignored, at most 48 MiB).
 # run unpacks the wheels into a temporary folder put first on PYTHONPATH (torchmetrics 0.11.4
 # then shadows the machine's 1.x), runs each command under `timeout` within one 9-minute deadline,
 # writes its output and log under $OUT (default bench_out/gpu_check) and summary.md there, and
@@ -16,10 +17,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 B=.gpucheck
-# name==version of every wheel carried; setuptools only unpacked where pkg_resources is missing
-# (torchmetrics 0.11.4 imports it); antlr4 4.9.3 is an sdist on PyPI, built into a wheel here.
+# name==version of every wheel carried: the versions installed here, where the suite passes (the
+# check's own test builds its wheel cache from them). setuptools only unpacked where pkg_resources
+# is missing (torchmetrics 0.11.4 imports it); antlr4 4.9.3 is an sdist on PyPI, built here.
 PINS=(omegaconf==2.3.1 hydra_core==1.3.8 antlr4_python3_runtime==4.9.3 torchmetrics==0.11.4
-  setuptools==80.10.2 pytest==9.0.3 iniconfig==2.3.0 pluggy==1.6.0 pygments==2.20.0)
+  setuptools==81.0.0 pytest==9.0.3 iniconfig==2.3.0 pluggy==1.6.0 pygments==2.20.0)
 
 prepare() {
   local cache=${GPUCHECK_WHEEL_CACHE:-$HOME/.cache/attnce_plugin/gpucheck-wheels} solo pin

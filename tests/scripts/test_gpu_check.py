@@ -1,13 +1,17 @@
 """scripts/gpu_check.sh: ``prepare`` builds the bundle, ``run --cpu`` runs every command of the GPU
 check on this CPU (the marked tests narrowed to the one below, as the others run in this suite;
 the step cost of two methods) and leaves its tables under $OUT; without the bundle ``run`` stops
-at once, saying what to run."""
+at once, saying what to run. No network: the wheel cache that ``prepare`` would fill from PyPI is
+built here from the installed distributions of the pinned versions."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -36,6 +40,22 @@ def _sh(*args: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess
     )
 
 
+def _wheel_cache(cache: Path) -> Path:
+    """A wheel per pin of the script, zipped from the installed distribution (its files and
+    dist-info, as a pure-Python wheel holds them); an installed version other than the pin fails."""
+    pins = re.search(r"PINS=\(([^)]*)\)", SCRIPT.read_text()).group(1).split()
+    cache.mkdir()
+    for pin in pins:
+        name, version = pin.split("==")
+        dist = metadata.distribution(name)
+        assert dist.version == version, f"{pin} pinned in gpu_check.sh, {dist.version} installed"
+        with zipfile.ZipFile(cache / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+            for f in dist.files:
+                if not str(f).startswith("..") and "__pycache__" not in f.parts:
+                    whl.write(f.locate(), str(f))
+    return cache
+
+
 def _table_rows(path: Path):
     lines = [line for line in path.read_text().splitlines() if line.startswith("|")]
     assert len(lines) >= 3 and set(lines[1]) <= set("|-"), path.read_text()  # head, rule, rows
@@ -43,7 +63,8 @@ def _table_rows(path: Path):
 
 
 def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
-    proc = _sh("prepare")
+    cache = _wheel_cache(tmp_path / "wheels")
+    proc = _sh("prepare", GPUCHECK_WHEEL_CACHE=str(cache), PIP_NO_INDEX="1")  # no download
     assert proc.returncode == 0, proc.stdout[-3000:]
     bundle = REPO / ".gpucheck"
     assert (bundle / "solo-learn" / "main_pretrain.py").is_file()
