@@ -1,6 +1,6 @@
 """The offline probe of frozen features, on every train and val image at the crop size (Resize +
 CenterCrop, the pretraining normalisation, no augmentation): softmax regression (L-BFGS, its L2
-picked on a stratified 20 % hold-out), solo-learn's weighted kNN rule, and uniformity (Wang &
+picked on a stratified 20 % hold-out), solo-learn's weighted kNN classifier, and uniformity (Wang &
 Isola, 2020) and effective rank (Roy & Vetterli, 2007) of at most 2048 val features. solo-learn's
 ``main_linear.py`` would upscale custom data to 224 px (~49x the compute of 32 px crops).
 """
@@ -20,7 +20,6 @@ from attnce_plugin.diagnostics import effective_rank, uniformity
 
 L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)  # per-sample loss: comparable across sizes
 HEALTH_MAX_SAMPLES = 2048  # uniformity is O(n^2)
-KNN_K, KNN_T = 20, 0.07  # solo.utils.knn.WeightedKNNClassifier's defaults
 
 
 def _method(args_path: Path) -> Tuple[Any, Any]:
@@ -82,8 +81,9 @@ def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> n
     clf = nn.Linear(x.shape[1], classes)
     nn.init.zeros_(clf.weight)
     nn.init.zeros_(clf.bias)
-    opt = torch.optim.LBFGS(clf.parameters(), lr=1.0, max_iter=200, history_size=20,
-                            line_search_fn="strong_wolfe")  # fmt: skip
+    opt = torch.optim.LBFGS(
+        clf.parameters(), max_iter=200, history_size=20, line_search_fn="strong_wolfe"
+    )
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
@@ -109,62 +109,64 @@ def holdout_split(y: torch.Tensor, fraction: float, seed: int) -> Tuple[torch.Te
 
 
 def linear_probe(
-    train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor,
-    l2_grid: Sequence[float] = L2_GRID,
-) -> Tuple[float, float]:  # fmt: skip
-    """(val top-1 %, chosen L2): L2 picked on a hold-out of the train features (ties go to the
-    stronger one), then refit on all of them."""
+    train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
+) -> Tuple[float, float]:
+    """(val top-1 %, chosen L2): the L2 of ``L2_GRID`` best on a hold-out of the train features
+    (ties go to the stronger one), then refit on all of them; features standardised."""
     classes = int(max(train_y.max(), val_y.max())) + 1
+    mean, std = train_x.mean(0), train_x.std(0).clamp_min(1e-6)
+    tx, vx = (train_x - mean) / std, (val_x - mean) / std
+    fit, hold = holdout_split(train_y, 0.2, seed=0)
 
     @torch.no_grad()
     def accuracy(clf: nn.Linear, x: torch.Tensor, y: torch.Tensor) -> float:
         return float((clf(x).argmax(1) == y).float().mean()) * 100.0
 
-    mean, std = train_x.mean(0), train_x.std(0).clamp_min(1e-6)
-    tx, vx = (train_x - mean) / std, (val_x - mean) / std
-    best = float(l2_grid[0])
-    if len(l2_grid) > 1:
-        fit, hold = holdout_split(train_y, 0.2, seed=0)
-        scores = [accuracy(fit_logistic(tx[fit], train_y[fit], classes, float(l2)),
-                            tx[hold], train_y[hold]) for l2 in l2_grid]  # fmt: skip
-        best = float(l2_grid[max(range(len(scores)), key=lambda i: (scores[i], l2_grid[i]))])
+    def score(l2: float) -> Tuple[float, float]:
+        clf = fit_logistic(tx[fit], train_y[fit], classes, l2)
+        return accuracy(clf, tx[hold], train_y[hold]), l2
+
+    best = max(L2_GRID, key=score)
     return accuracy(fit_logistic(tx, train_y, classes, best), vx, val_y), best
 
 
-@torch.no_grad()
 def knn_accuracy(
-    train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor,
-    k: int = KNN_K, temperature: float = KNN_T, chunk: int = 1024,
-) -> float:  # fmt: skip
-    """Top-1 % of solo-learn's online kNN rule (``solo.utils.knn``, a torchmetrics metric that
-    breaks with torchmetrics >= 1.0): the k most cosine-similar train features vote, each with
-    weight exp(similarity / temperature)."""
-    train, val = F.normalize(train_x.float(), dim=1), F.normalize(val_x.float(), dim=1)
-    classes, k = int(max(train_y.max(), val_y.max())) + 1, min(k, train.shape[0])
-    correct = 0
-    for start in range(0, val.shape[0], chunk):
-        sims, idx = (val[start : start + chunk] @ train.T).topk(k, dim=1)
-        votes = torch.zeros(sims.shape[0], classes)
-        votes.scatter_add_(1, train_y[idx], (sims / temperature).exp())
-        correct += int((votes.argmax(dim=1) == val_y[start : start + chunk]).sum())
-    return 100.0 * correct / val.shape[0]
+    train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
+) -> float:
+    """Top-1 % of solo-learn's online kNN classifier (k = 20, T = 0.07, cosine): the 20 most
+    similar train features vote, each with weight exp(similarity / T). It counts the classes in
+    ``val_y``, so every class must have a val image (ImageFolder refuses an empty class)."""
+    from solo.utils.knn import WeightedKNNClassifier
+
+    knn = WeightedKNNClassifier(k=20, T=0.07, distance_fx="cosine")
+    knn.update(
+        train_features=train_x, train_targets=train_y, test_features=val_x, test_targets=val_y
+    )
+    return float(knn.compute()[0])
 
 
 def probe_backbone(
-    backbone: nn.Module, train_dir: Path, val_dir: Path, image_size: int,
-    mean: Sequence[float], std: Sequence[float],
-) -> Dict[str, float]:  # fmt: skip
+    backbone: nn.Module,
+    train_dir: Path,
+    val_dir: Path,
+    image_size: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+) -> Dict[str, float]:
     """The offline columns of a result: linear probe, kNN and health of frozen features."""
     tr_x, tr_y = extract_features(backbone.cpu(), train_dir, image_size, mean, std)
     va_x, va_y = extract_features(backbone, val_dir, image_size, mean, std)
     acc, l2 = linear_probe(tr_x, tr_y, va_x, va_y)
-    sub = va_x
-    if va_x.shape[0] > HEALTH_MAX_SAMPLES:  # random rows: the folders are sorted by class
-        keep = torch.randperm(va_x.shape[0], generator=torch.Generator().manual_seed(0))
-        sub = va_x[keep[:HEALTH_MAX_SAMPLES]]
-    return {"offline_acc1": acc, "offline_knn_acc1": knn_accuracy(tr_x, tr_y, va_x, va_y),
-            "offline_l2": l2, "offline_uniformity": float(uniformity(sub)),
-            "offline_eff_rank": float(effective_rank(sub))}  # fmt: skip
+    keep = torch.randperm(len(va_x), generator=torch.Generator().manual_seed(0))
+    # random rows (the folders are sorted by class); all of them when they are few
+    sub = va_x[keep[:HEALTH_MAX_SAMPLES]] if len(va_x) > HEALTH_MAX_SAMPLES else va_x
+    return {
+        "offline_acc1": acc,
+        "offline_knn_acc1": knn_accuracy(tr_x, tr_y, va_x, va_y),
+        "offline_l2": l2,
+        "offline_uniformity": float(uniformity(sub)),
+        "offline_eff_rank": float(effective_rank(sub)),
+    }
 
 
 def probe_settings(cfg: Dict[str, Any]) -> Dict[str, Any]:
