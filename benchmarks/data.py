@@ -12,7 +12,7 @@ import os
 import shutil
 import struct
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Tuple
 
 import numpy as np
 
@@ -24,13 +24,9 @@ FILES = {
     ("test", "labels"): "t10k-labels-idx1-ubyte.gz",
 }
 #: The numeric prefix keeps ImageFolder (which sorts folder names) on the original label ids.
-CLASS_NAMES = ("0_tshirt_top", "1_trouser", "2_pullover", "3_dress", "4_coat", "5_sandal",
-               "6_shirt", "7_sneaker", "8_bag", "9_ankle_boot")  # fmt: skip
+CLASSES = "tshirt_top trouser pullover dress coat sandal shirt sneaker bag ankle_boot".split()
+CLASS_NAMES = tuple(f"{i}_{name}" for i, name in enumerate(CLASSES))
 CACHE_FORMAT = 1  # bumped when the conversion changes, so that stale caches are rebuilt
-
-
-class DatasetMissingError(FileNotFoundError):
-    """The Fashion-MNIST IDX files are not where the benchmark looked."""
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -48,12 +44,12 @@ def read_idx(path: Path) -> np.ndarray:
     return body.reshape(shape)
 
 
-def load_fashion_mnist(split: str, root: Optional[Path] = None) -> Tuple[np.ndarray, np.ndarray]:
+def load_fashion_mnist(split: str) -> Tuple[np.ndarray, np.ndarray]:
     """(uint8 images [N, 28, 28], int64 labels [N]) of ``train`` or ``test``."""
-    root = Path(root or os.environ.get("FASHION_MNIST_DIR") or DEFAULT_DIR)
+    root = Path(os.environ.get("FASHION_MNIST_DIR") or DEFAULT_DIR)
     missing = [name for name in FILES.values() if not (root / name).is_file()]
     if missing:
-        raise DatasetMissingError(
+        raise FileNotFoundError(
             f"Fashion-MNIST not found: {', '.join(missing)} missing in {root}. Install the Debian/"
             "Ubuntu package with\n    sudo apt-get install dataset-fashion-mnist\nor point "
             "FASHION_MNIST_DIR at a folder holding the four original files."
@@ -63,35 +59,30 @@ def load_fashion_mnist(split: str, root: Optional[Path] = None) -> Tuple[np.ndar
 
 
 def stratified_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """Sorted indexes of ``n`` items, the classes as balanced as ``labels`` allows."""
+    """Sorted indexes of ``n`` items, the classes balanced (each class must hold n / C of them, as
+    Fashion-MNIST's equal classes do)."""
     if not 0 < n <= labels.shape[0]:
         raise ValueError(f"subset size {n} must be in [1, {labels.shape[0]}]")
     rng = np.random.default_rng(seed)
     classes = np.unique(labels)
     per_class = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
     c = len(classes)
-    picked = np.concatenate([p[: n // c + (i < n % c)] for i, p in enumerate(per_class)])
-    if picked.size < n:  # a class too small: the rest at random
-        rest = np.setdiff1d(np.arange(labels.shape[0]), picked)
-        picked = np.concatenate([picked, rng.permutation(rest)[: n - picked.size]])
-    return np.sort(picked)
+    return np.sort(np.concatenate([p[: n // c + (i < n % c)] for i, p in enumerate(per_class)]))
 
 
 def prepare_fashion_mnist(
-    cache_root: Path, num_train: int, num_val: int, image_size: int = 32, seed: int = 0,
-    source: Optional[Path] = None,
-) -> Tuple[Path, Path]:  # fmt: skip
+    cache_root: Path, num_train: int, num_val: int, image_size: int = 32, seed: int = 0
+) -> Tuple[Path, Path]:
     """(train, val) folders of a Fashion-MNIST subset, converted once under ``cache_root``;
-    :class:`DatasetMissingError` says what to install when the files are missing."""
+    FileNotFoundError says what to install when the files are missing."""
     from PIL import Image
 
     name = f"fashion-mnist_{image_size}px_train{num_train}_val{num_val}_seed{seed}"
     target = Path(cache_root) / name
-    expected = {"format": CACHE_FORMAT, "num_train": num_train, "num_val": num_val,
-                "image_size": image_size, "seed": seed}  # fmt: skip
-    marker = target / "READY.json"
+    expected = dict(format=CACHE_FORMAT, num_train=num_train, num_val=num_val)
+    expected.update(image_size=image_size, seed=seed)
     try:
-        if json.loads(marker.read_text()) == expected:
+        if json.loads((target / "READY.json").read_text()) == expected:
             return target / "train", target / "val"
     except (OSError, json.JSONDecodeError):
         pass
@@ -100,10 +91,10 @@ def prepare_fashion_mnist(
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     for split, folder, n in (("train", "train", num_train), ("test", "val", num_val)):
-        images, labels = load_fashion_mnist(split, source)
+        images, labels = load_fashion_mnist(split)
         idx = stratified_subset(labels, n, seed)
-        for name in CLASS_NAMES:
-            (tmp / folder / name).mkdir(parents=True, exist_ok=True)
+        for cls in CLASS_NAMES:
+            (tmp / folder / cls).mkdir(parents=True, exist_ok=True)
         for i, (img, label) in enumerate(zip(images[idx], labels[idx])):
             pil = Image.fromarray(img, mode="L")
             if image_size != pil.width:

@@ -21,13 +21,15 @@ def _write_idx(path: Path, array: np.ndarray) -> None:
 
 
 @pytest.fixture()
-def fake(tmp_path: Path) -> Path:
-    """30 train and 20 test 28x28 images, labels cycling 0..9, every class-k pixel 20k."""
+def fake(tmp_path: Path, monkeypatch) -> Path:
+    """$FASHION_MNIST_DIR: 30 train and 20 test 28x28 images, labels cycling 0..9, every class-k
+    pixel 20k."""
     for prefix, n in (("train", 30), ("t10k", 20)):
         labels = np.arange(n) % 10
-        _write_idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz",
-                   np.repeat(labels * 20, 28 * 28).reshape(-1, 28, 28))  # fmt: skip
+        images = np.repeat(labels * 20, 28 * 28).reshape(-1, 28, 28)
+        _write_idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz", images)
         _write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", labels)
+    monkeypatch.setenv("FASHION_MNIST_DIR", str(tmp_path))
     return tmp_path
 
 
@@ -44,12 +46,13 @@ def test_stratified_subset_balances_classes_reproducibly() -> None:
     labels = np.repeat(np.arange(10), 50)
     idx = data.stratified_subset(labels, 25, seed=0)
     counts = np.bincount(labels[idx], minlength=10)
-    assert idx.size == 25 and counts.max() - counts.min() <= 1
+    assert len(set(idx.tolist())) == 25 and counts.max() - counts.min() <= 1
     np.testing.assert_array_equal(idx, data.stratified_subset(labels, 25, seed=0))
+    assert not np.array_equal(idx, data.stratified_subset(labels, 25, seed=1))
 
 
 def test_conversion_writes_labelled_rgb_32px_folders_once(fake: Path, tmp_path: Path) -> None:
-    splits = data.prepare_fashion_mnist(tmp_path / "cache", 20, 10, source=fake)
+    splits = data.prepare_fashion_mnist(tmp_path / "cache", 20, 10)
     assert splits[0].parent.name == "fashion-mnist_32px_train20_val10_seed0"  # existing caches
     assert sorted(p.name for p in splits[0].iterdir()) == sorted(data.CLASS_NAMES)
     train = list(splits[0].rglob("*.png"))
@@ -59,13 +62,15 @@ def test_conversion_writes_labelled_rgb_32px_folders_once(fake: Path, tmp_path: 
         assert img.size == (32, 32) and img.mode == "RGB"
         assert np.asarray(img)[16, 16].tolist() == [20 * data.CLASS_NAMES.index(f.parent.name)] * 3
     stamp = train[0].stat().st_mtime_ns
-    assert data.prepare_fashion_mnist(tmp_path / "cache", 20, 10, source=fake) == splits
+    assert data.prepare_fashion_mnist(tmp_path / "cache", 20, 10) == splits
     assert train[0].stat().st_mtime_ns == stamp  # reused, not rewritten
 
 
-def test_a_missing_dataset_says_what_to_install(tmp_path: Path) -> None:
-    with pytest.raises(data.DatasetMissingError, match="apt-get install dataset-fashion-mnist"):
-        data.prepare_fashion_mnist(tmp_path / "cache", 10, 10, source=tmp_path / "nowhere")
+def test_a_missing_dataset_says_what_to_install(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FASHION_MNIST_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError) as err:
+        data.prepare_fashion_mnist(tmp_path / "cache", 10, 10)
+    assert "dataset-fashion-mnist" in str(err.value) and "FASHION_MNIST_DIR" in str(err.value)
 
 
 def test_the_real_files_read_as_fashion_mnist() -> None:

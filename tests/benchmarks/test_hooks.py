@@ -28,6 +28,7 @@ def test_custom_val_transform_is_at_training_size() -> None:
         cls_data.build_custom_pipeline = original
 
 
-def test_a_bad_size_is_refused() -> None:
-    with pytest.raises(ValueError, match="hydra.callbacks.bench.size"):
+def test_a_bad_size_is_refused_naming_the_key_and_what_it_takes() -> None:
+    with pytest.raises(ValueError) as err:
         ValidateAtTrainSize(0)
+    assert "hydra.callbacks.bench.size" in str(err.value) and "positive" in str(err.value)
