@@ -13,7 +13,7 @@ themselves, every ``method_kwargs.attention_log_every`` batches, diagnostics or 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +45,8 @@ def effective_rank(x: torch.Tensor) -> torch.Tensor:
 
 
 class AttentionDiagnostics(Callback):
-    """Logs the values above from what the methods keep of each step (``diagnostics_step``)."""
+    """Logs the values above; the training ones from what the methods' ``training_step`` returns
+    (:meth:`attnce_plugin.methods.common.AttentionNCECommon.step_output`)."""
 
     def __init__(self, max_samples: int = 2048) -> None:
         # uniformity is O(n^2) in pairs: 2048 images are 2.1M pairs, ~10 ms on a CPU core.
@@ -60,14 +61,15 @@ class AttentionDiagnostics(Callback):
         self._gen = torch.Generator().manual_seed(0)
 
     @torch.no_grad()
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
-        step, pl_module.diagnostics_step = getattr(pl_module, "diagnostics_step", None), None
-        if step is None:  # MoCo v3's own loss
-            return
-        views = step["anchor_views"]
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not isinstance(outputs, Mapping) or "nce_nats" not in outputs:
+            return  # MoCo v3's own loss keeps no anchor views
+        views = outputs["anchor_views"]
         values = {
             "alignment": alignment(views[0], views[1]),
-            "mi_bound": math.log(step["num_negatives"] + 1) - step["nce_nats"].float(),
+            "mi_bound": math.log(outputs["num_negatives"] + 1) - outputs["nce_nats"].float(),
         }
         for name, value in values.items():
             pl_module.log(f"train_repr_{name}", value, on_step=True, on_epoch=True, sync_dist=True)

@@ -1,29 +1,42 @@
-"""The methods' settings, read once when the config is: ``method_kwargs`` as OmegaConf structured
-configs, the crop roles, and the DALI index flag. Every refusal names the key and what it allows.
+"""The methods' settings: ``method_kwargs`` as OmegaConf structured configs, read once by each
+method's ``add_and_assert_specific_cfg``; the crop roles; the other keys the methods read. Every
+refusal names the key and what it allows.
 
 solo-learn ignores unknown ``method_kwargs`` keys, so a misspelled ``d_neg`` would silently train
 with the default; here it stops the run before the network is built.
 """
 
-from __future__ import annotations
-
 import copy
 import difflib
 import math
-from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar, Dict, Tuple
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, ValidationError
-
-from attnce_plugin.losses import NEG_WEIGHTINGS
+from omegaconf.errors import ConfigKeyError, ValidationError
 
 
 class MethodConfigError(ValueError):
     """A setting of the plugin's methods is unknown, missing or out of range."""
 
 
-_ALLOWED = {"float": "a finite number > 0", "int": "an integer >= 1", "bool": "true or false"}
+def _choice(name: str, *values: str) -> Any:
+    """An Enum of a setting's allowed values: OmegaConf refuses any other, listing these. OmegaConf
+    converts strings by member name, so names equal values; ``str`` members compare equal to plain
+    strings and land in solo-learn's args.json as plain strings."""
+    return Enum(name, {v: v for v in values}, type=str, module=__name__)
+
+
+#: where beta acts: on the negative's logit (the paper's) or on its exp term (importance weights)
+NegWeighting = _choice("NegWeighting", "logit", "importance")
+Projector = _choice("Projector", "mlp", "mlp_bn")
+AttentionNCELoss = _choice("AttentionNCELoss", "attentionnce", "simclr", "simclr_all_views")
+Anchor = _choice("Anchor", "views", "mean")
+MoCoV3Loss = _choice("MoCoV3Loss", "attentionnce", "mocov3")
+
+#: What the numbers and flags allow (OmegaConf's own messages give the type only).
+_ALLOWED = {float: "a finite number > 0", int: "an integer >= 1", bool: "true or false"}
 
 
 @dataclass
@@ -33,30 +46,23 @@ class _Kwargs:
     temperature: float = MISSING
     d_pos: float = 1.0
     d_neg: float = 1.0
-    #: where beta acts: on the negative's logit (the paper's) or on its exp term (importance)
-    neg_weighting: str = "logit"
+    neg_weighting: NegWeighting = NegWeighting.logit
     #: one forward of all same-size positive crops (BatchNorm then sees M*b images at once)
     batch_positives: bool = False
     #: False keeps the positives out of BatchNorm's running statistics (small positive crops)
     positives_update_bn: bool = True
     attention_log_every: int = 10
 
-    CHOICES: ClassVar[Dict[str, Tuple[str, ...]]] = {"neg_weighting": NEG_WEIGHTINGS}
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type == "float" and not (math.isfinite(value) and value > 0):
+    @classmethod
+    def check(cls, kwargs: DictConfig) -> None:
+        """The ranges OmegaConf's types cannot state."""
+        for f in fields(cls):
+            value = kwargs[f.name]
+            if (f.type is float and not (math.isfinite(value) and value > 0)) or (
+                f.type is int and value < 1
+            ):
                 raise MethodConfigError(
-                    f"method_kwargs.{f.name} must be a finite number > 0, got {value}"
-                )
-            if f.type == "int" and value < 1:
-                raise MethodConfigError(
-                    f"method_kwargs.{f.name} must be an integer >= 1, got {value}"
-                )
-            if f.name in self.CHOICES and value not in self.CHOICES[f.name]:
-                raise MethodConfigError(
-                    f"method_kwargs.{f.name}={value!r}: allowed values are {list(self.CHOICES[f.name])}"
+                    f"method_kwargs.{f.name}={value}: allowed values are {_ALLOWED[f.type]}"
                 )
 
 
@@ -67,23 +73,17 @@ class AttentionNCEKwargs(_Kwargs):
     same views; ``anchor: mean`` is the rebuttal's AttentionNCE* (one anchor per image, the mean
     of its anchor views); ``projector: mlp_bn`` the authors' projector."""
 
-    projector: str = "mlp"
-    loss: str = "attentionnce"
-    anchor: str = "views"
+    projector: Projector = Projector.mlp
+    loss: AttentionNCELoss = AttentionNCELoss.attentionnce
+    anchor: Anchor = Anchor.views
 
-    CHOICES: ClassVar[Dict[str, Tuple[str, ...]]] = {
-        **_Kwargs.CHOICES,
-        "projector": ("mlp", "mlp_bn"),
-        "loss": ("attentionnce", "simclr", "simclr_all_views"),
-        "anchor": ("views", "mean"),
-    }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.anchor == "mean" and self.loss != "attentionnce":
+    @classmethod
+    def check(cls, kwargs: DictConfig) -> None:
+        super().check(kwargs)
+        if kwargs.anchor == Anchor.mean and kwargs.loss != AttentionNCELoss.attentionnce:
             raise MethodConfigError(
-                f"method_kwargs.anchor=mean needs loss=attentionnce; with loss={self.loss} the "
-                "allowed value is anchor=views"
+                f"method_kwargs.anchor=mean needs method_kwargs.loss=attentionnce; with "
+                f"loss={kwargs.loss.value} the allowed value is anchor=views"
             )
 
 
@@ -93,56 +93,50 @@ class MoCoV3AttentionNCEKwargs(_Kwargs):
     ``key_in_prototype: false`` leaves the other anchor view's key out of the prototype."""
 
     pred_hidden_dim: int = MISSING
-    loss: str = "attentionnce"
+    loss: MoCoV3Loss = MoCoV3Loss.attentionnce
     key_in_prototype: bool = True
 
-    CHOICES: ClassVar[Dict[str, Tuple[str, ...]]] = {
-        **_Kwargs.CHOICES,
-        "loss": ("attentionnce", "mocov3"),
-    }
 
-
-def read_method_kwargs(cfg: DictConfig, schema: type) -> Any:
-    """Check ``cfg.method_kwargs`` against ``schema``, write it back with the defaults filled in,
-    and return it as a ``schema`` instance.
+def read_method_kwargs(cfg: DictConfig, schema: Any) -> DictConfig:
+    """``cfg.method_kwargs`` checked against ``schema`` and written back typed, with the defaults
+    filled in (solo-learn's args.json, which ``main_knn.py`` and ``main_linear.py`` read).
 
     Raises:
         MethodConfigError: an unknown, missing or bad key, with the allowed keys or values.
     """
-    allowed = ", ".join(f.name for f in fields(schema))
-    # 0.5's method_kwargs.compile is gone; dropped here so that 0.5 checkpoints (args.json) load.
+    names = [f.name for f in fields(schema)]
     given = copy.deepcopy(cfg.get("method_kwargs") or {})
+    # 0.5's method_kwargs.compile is gone; dropped here so that 0.5 checkpoints (args.json) load.
     given.pop("compile", None)
     try:
-        kwargs = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), given))
+        kwargs = OmegaConf.merge(OmegaConf.structured(schema), given)
     except ConfigKeyError as err:
-        close = difflib.get_close_matches(str(err.key), [f.name for f in fields(schema)], n=1)
+        close = difflib.get_close_matches(str(err.key), names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise MethodConfigError(
             f"method_kwargs.{err.key} is not a setting of method {cfg.method!r}{hint}; allowed "
-            f"keys: {allowed}"
-        ) from None
-    except MissingMandatoryValue as err:
-        raise MethodConfigError(
-            f"method_kwargs.{err.key} is required by method {cfg.method!r}; allowed keys: {allowed}"
+            f"keys: {', '.join(names)}"
         ) from None
     except ValidationError as err:
-        kind = {f.name: f.type for f in fields(schema)}.get(str(err.key))
-        want = schema.CHOICES.get(err.key) or _ALLOWED.get(kind, kind)
+        want = _ALLOWED.get({f.name: f.type for f in fields(schema)}[err.key])
         raise MethodConfigError(
-            f"method_kwargs.{err.key}: {str(err).splitlines()[0]}; allowed values: {want}"
+            f"method_kwargs.{err.key}: {str(err).splitlines()[0]}"
+            + (f"; allowed values are {want}" if want else "")
         ) from None
-    cfg.method_kwargs = asdict(kwargs)
+    missing = sorted(OmegaConf.missing_keys(kwargs))
+    if missing:
+        raise MethodConfigError(f"method_kwargs.{missing[0]} is required by method {cfg.method!r}")
+    schema.check(kwargs)
+    cfg.method_kwargs = kwargs
     return kwargs
 
 
-def num_positives(augmentations: Any, required: bool) -> int:
+def num_positives(augmentations: Any) -> int:
     """M: the anchors are the first 2 crops of solo-learn's ``augmentations`` list, in pipelines
     of their own at one crop size; every later crop is a positive, at any size.
 
     Raises:
-        MethodConfigError: the list does not start with 2 anchor crops, or holds no positive
-            crop when ``required``.
+        MethodConfigError: the list does not start with 2 anchor crops.
     """
     counts = [int(p["num_crops"]) for p in augmentations or []]
     sizes = [int(p["crop_size"]) for p in augmentations or []]
@@ -155,13 +149,24 @@ def num_positives(augmentations: Any, required: bool) -> int:
             "crops, in pipelines of their own at one crop_size (num_crops: 2, or 1 + 1), followed "
             "by the positives' pipelines"
         )
-    m = sum(counts[first:])
-    if required and m == 0:
+    return sum(counts[first:])
+
+
+def check_crop_roles(cfg: DictConfig, loss: str, base_loss: str) -> None:
+    """The roles the ``parse_cfg`` wrapper set: 2 anchors, M positives as solo-learn's small crops
+    (its loaders need the total); M > 0 unless ``loss`` is solo-learn's own, which needs none."""
+    if cfg.data.num_large_crops != 2:
         raise MethodConfigError(
-            "augmentations hold no positive crop: add a pipeline after the 2 anchors with "
-            "num_crops: M (views.num_positives in the shipped configs)"
+            f"data.num_large_crops={cfg.data.num_large_crops}: the crop roles are unset. Run "
+            "the config through attnce_plugin.seam.wrap_parse_cfg(solo.args.pretrain.parse_cfg)"
+            ", as the shipped configs' Hydra callback does in main_pretrain.py"
         )
-    return m
+    if loss != base_loss and cfg.data.num_small_crops == 0:
+        raise MethodConfigError(
+            f"method_kwargs.loss={loss} needs positive crops, and "
+            "augmentations hold none: add a pipeline after the 2 anchors with num_crops: M "
+            "(views.num_positives in the shipped configs)"
+        )
 
 
 def check_dali_indexes(cfg: DictConfig) -> None:
@@ -174,3 +179,12 @@ def check_dali_indexes(cfg: DictConfig) -> None:
                 "data_format=dali in the shipped configs sets it): the loss masks negatives by "
                 "dataset index"
             )
+
+
+def check_diagnostics(cfg: DictConfig) -> None:
+    unknown = set(cfg.get("diagnostics") or {}) - {"enabled", "callbacks"}
+    if unknown:
+        raise MethodConfigError(
+            f"diagnostics.{sorted(unknown)[0]} is not a diagnostics key; allowed keys: enabled "
+            "(true or false), callbacks (name: {_target_: ...})"
+        )

@@ -2,7 +2,7 @@
 ``method:`` names of the configs to the classes; :func:`attnce_plugin.register` adds them to
 ``solo.methods.METHODS``."""
 
-from attnce_plugin.seam import require_solo
+from attnce_plugin.install import require_solo
 
 require_solo()  # install instructions instead of "No module named 'solo'"
 

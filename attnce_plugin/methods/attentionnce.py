@@ -13,13 +13,13 @@ from solo.methods.base import BaseMethod
 
 from attnce_plugin.losses import attentionnce_loss_func, gather, world_and_rank
 from attnce_plugin.methods.common import AttentionNCECommon
-from attnce_plugin.settings import AttentionNCEKwargs
+from attnce_plugin.settings import Anchor, AttentionNCEKwargs, AttentionNCELoss, Projector
 
 
-def build_projector(kind: str, in_dim: int, hidden_dim: int, out_dim: int) -> nn.Module:
+def build_projector(kind: Projector, in_dim: int, hidden_dim: int, out_dim: int) -> nn.Module:
     """``mlp``: solo-learn's SimCLR projector (``solo/methods/simclr.py``); ``mlp_bn``: the
     authors' (Linear without bias, BatchNorm1d, ReLU, Linear), from the HCL/DCL code base."""
-    if kind == "mlp":
+    if kind == Projector.mlp:
         return nn.Sequential(
             nn.Linear(in_dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, out_dim)
         )
@@ -50,7 +50,6 @@ class AttentionNCE(AttentionNCECommon, BaseMethod):
 
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)
-        self._init_common(cfg)
         kw = self.kwargs
         self.projector = build_projector(
             kw.projector, self.features_dim, kw.proj_hidden_dim, kw.proj_output_dim
@@ -72,16 +71,16 @@ class AttentionNCE(AttentionNCECommon, BaseMethod):
         out["z"] = self.projector(out["feats"])
         return out
 
-    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: Sequence[Any], batch_idx: int) -> Dict[str, Any]:
         anchor_batch, positive_crops = self.split_batch(batch)
         indexes = anchor_batch[0]
         out = super().training_step(anchor_batch, batch_idx)
         z, kw = out["z"], self.kwargs
         images = world_and_rank()[0] * len(indexes)
-        if kw.loss == "attentionnce":
+        if kw.loss == AttentionNCELoss.attentionnce:
             positives = self.forward_positives(self.multicrop_forward, positive_crops, "z")
-            anchors = mean_anchor(z) if kw.anchor == "mean" else torch.cat(z)
-            per_image = 1 if kw.anchor == "mean" else 2
+            anchors = mean_anchor(z) if kw.anchor == Anchor.mean else torch.cat(z)
+            per_image = 1 if kw.anchor == Anchor.mean else 2
             args = (anchors, positives, indexes, kw.temperature, kw.d_pos, kw.d_neg)
             if self.attention_due(batch_idx):
                 nce_loss, w = attentionnce_loss_func(*args, kw.neg_weighting, return_attention=True)
@@ -94,7 +93,7 @@ class AttentionNCE(AttentionNCECommon, BaseMethod):
             # solo-learn's SimCLR.training_step (solo/methods/simclr.py:136-141): on the anchors,
             # or on every view (the baseline that sees the same views without the attention).
             views = list(z)
-            if kw.loss == "simclr_all_views":
+            if kw.loss == AttentionNCELoss.simclr_all_views:
                 positives = self.forward_positives(self.multicrop_forward, positive_crops, "z")
                 views += list(positives.unbind(1))
             nce_loss = simclr_loss_func(
@@ -103,5 +102,4 @@ class AttentionNCE(AttentionNCECommon, BaseMethod):
             per_image = len(views)
         # Same key as solo-learn's SimCLR: both share dashboards.
         self.log("train_nce_loss", nce_loss, on_epoch=True, sync_dist=True)
-        self.keep_step(z, nce_loss, per_image * images - per_image)
-        return nce_loss + out["loss"]
+        return self.step_output(nce_loss + out["loss"], z, nce_loss, per_image * images - per_image)

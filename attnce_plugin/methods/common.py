@@ -1,13 +1,14 @@
 """What both AttentionNCE methods add to their solo-learn base class, written once.
 
-solo-learn's ``BaseMethod.training_step`` sees the 2 anchors alone; the method forwards the M positives itself, crop by crop like
-solo-learn's multi-crop loop, or one call per crop size with ``batch_positives``.
+solo-learn's ``BaseMethod.training_step`` sees the 2 anchors alone; the method forwards the M
+positives itself, crop by crop like solo-learn's multi-crop loop, or one call per crop size with
+``batch_positives``.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -16,9 +17,9 @@ from omegaconf import DictConfig
 
 from attnce_plugin.losses import AttentionWeights, attention_stats, mean_stats
 from attnce_plugin.settings import (
-    MethodConfigError,
+    check_crop_roles,
     check_dali_indexes,
-    num_positives,
+    check_diagnostics,
     read_method_kwargs,
 )
 
@@ -48,47 +49,31 @@ class AttentionNCECommon:
     """Mixin, listed first in the bases. Subclasses set :attr:`KWARGS` (the settings schema) and
     :attr:`BASE_LOSS` (solo-learn's own loss, which needs no positives)."""
 
-    KWARGS: ClassVar[type]
+    KWARGS: ClassVar[Any]
     BASE_LOSS: ClassVar[str]
 
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> int:
-        """What the ``parse_cfg`` wrapper checks before solo-learn parses: the settings, DALI's
-        indexes and the crop roles. Returns M, the positive crops per image."""
-        kwargs = cls.read_kwargs(cfg)
+    def add_and_assert_specific_cfg(cls, cfg: DictConfig) -> DictConfig:
+        """solo-learn's hook for a method's own settings, as SimCLR's (solo/methods/simclr.py:54-71):
+        BaseMethod.__init__ calls it (solo/methods/base.py:179) before main_pretrain.py builds any
+        loader. ``method_kwargs`` is read and checked here, once, and left in ``cfg`` typed by
+        :attr:`KWARGS`; then what else the methods read. Ours before solo-learn's: its MoCo v3
+        hook asserts the same keys without a message (solo/methods/mocov3.py:131-134)."""
+        kwargs = read_method_kwargs(cfg, cls.KWARGS)
+        check_crop_roles(cfg, kwargs.loss.value, cls.BASE_LOSS)
         if cls.BASE_LOSS == "simclr":  # the SimCLR form masks negatives by index; MoCo by position
             check_dali_indexes(cfg)
-        unknown = set(cfg.get("diagnostics") or {}) - {"enabled", "callbacks"}
-        if unknown:
-            raise MethodConfigError(
-                f"diagnostics.{sorted(unknown)[0]} is not a diagnostics key; allowed keys: enabled "
-                "(true or false), callbacks (name: {_target_: ...})"
-            )
-        return num_positives(cfg.get("augmentations"), required=kwargs.loss != cls.BASE_LOSS)
+        check_diagnostics(cfg)
+        return super().add_and_assert_specific_cfg(cfg)  # type: ignore[misc]
 
-    @classmethod
-    def read_kwargs(cls, cfg: DictConfig) -> Any:
-        return read_method_kwargs(cfg, cls.KWARGS)
-
-    def _init_common(self, cfg: DictConfig) -> None:
-        self.kwargs = self.read_kwargs(cfg)
-        if cfg.data.num_large_crops != 2:
-            raise MethodConfigError(
-                f"data.num_large_crops={cfg.data.num_large_crops}: the crop roles are unset. Run "
-                "the config through attnce_plugin.seam.wrap_parse_cfg(solo.args.pretrain.parse_cfg)"
-                ", as the shipped configs' Hydra callback does in main_pretrain.py"
-            )
-        # The wrapper counts the positives as solo-learn's small crops, for its loaders (DALI's
-        # output map, solo/data/dali_dataloader.py:797-800); solo-learn's step gets the anchors
-        # alone (base.py:247-251,510-516) and the method forwards the positives itself.
+    def __init__(self, cfg: DictConfig) -> None:
+        super().__init__(cfg)  # type: ignore[call-arg]
+        self.kwargs = self.cfg.method_kwargs  # type: ignore[attr-defined]
+        # The positives are solo-learn's small crops for its loaders (DALI's output map,
+        # solo/data/dali_dataloader.py:797-800); solo-learn's step gets the anchors alone
+        # (base.py:247-251,510-516) and the method forwards the positives itself.
         self.num_positive_crops = int(cfg.data.num_small_crops)
-        if self.num_positive_crops == 0 and self.kwargs.loss != self.BASE_LOSS:
-            raise MethodConfigError(
-                f"method_kwargs.loss={self.kwargs.loss} needs positive crops: data.num_small_crops=0"
-            )
         self.num_small_crops, self.num_crops, self.multicrop = 0, 2, False
-        #: What the diagnostics callback reads of the last training step.
-        self.diagnostics_step: Optional[Dict[str, Any]] = None
 
     def configure_callbacks(self) -> List[Any]:
         """The diagnostics callback when ``diagnostics.enabled``, and every ``_target_`` under
@@ -146,11 +131,18 @@ class AttentionNCECommon:
             reduce = "max" if name == "max_beta" else "mean"
             log(f"train_attn_{name}", value, on_epoch=True, sync_dist=True, reduce_fx=reduce)
 
-    def keep_step(
-        self, anchor_views: Sequence[torch.Tensor], nce_nats: torch.Tensor, num_negatives: int
-    ) -> None:
-        """Keep, detached, what the diagnostics callback logs of this step."""
-        self.diagnostics_step = {
+    @staticmethod
+    def step_output(
+        loss: torch.Tensor,
+        anchor_views: Sequence[torch.Tensor],
+        nce_nats: torch.Tensor,
+        num_negatives: int,
+    ) -> Dict[str, Any]:
+        """``training_step``'s return: Lightning hands it to every callback's
+        ``on_train_batch_end`` as ``outputs``, where the diagnostics callback reads, detached,
+        the 2 anchor views, the contrastive loss in nats and the number of negatives K."""
+        return {
+            "loss": loss,
             "anchor_views": [z.detach() for z in anchor_views[:2]],
             "nce_nats": nce_nats.detach(),
             "num_negatives": num_negatives,

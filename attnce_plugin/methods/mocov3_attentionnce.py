@@ -3,16 +3,14 @@ the authors' code has only the SimCLR form)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Dict, Iterator, Mapping, Sequence
 
-import torch
-from omegaconf import DictConfig
 from solo.methods.base import BaseMethod, BaseMomentumMethod
 from solo.methods.mocov3 import MoCoV3
 
 from attnce_plugin.losses import attentionnce_mocov3_loss_func, gather, world_and_rank
 from attnce_plugin.methods.common import AttentionNCECommon
-from attnce_plugin.settings import MoCoV3AttentionNCEKwargs
+from attnce_plugin.settings import MoCoV3AttentionNCEKwargs, MoCoV3Loss
 
 
 class _AsMoCoV3(Mapping):
@@ -42,15 +40,11 @@ class MoCoV3AttentionNCE(AttentionNCECommon, MoCoV3):
     BASE_LOSS = "mocov3"
     _BACKBONES = _AsMoCoV3()
 
-    def __init__(self, cfg: DictConfig):
-        super().__init__(cfg)
-        self._init_common(cfg)
-
-    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: Sequence[Any], batch_idx: int) -> Dict[str, Any]:
         anchor_batch, positive_crops = self.split_batch(batch)
         kw = self.kwargs
-        if kw.loss == "mocov3":
-            return super().training_step(anchor_batch, batch_idx)
+        if kw.loss == MoCoV3Loss.mocov3:
+            return {"loss": super().training_step(anchor_batch, batch_idx)}
         # MoCoV3.training_step is this plus MoCo v3's loss (solo/methods/mocov3.py:196-216):
         # skip to its parent. The two symmetric terms follow it.
         out = BaseMomentumMethod.training_step(self, anchor_batch, batch_idx)
@@ -82,5 +76,5 @@ class MoCoV3AttentionNCE(AttentionNCECommon, MoCoV3):
         self.log("train_contrastive_loss", contrastive_loss, on_epoch=True, sync_dist=True)
         # In nats per query: the 2 * tau scale divided out, the mean of the two terms.
         nats = contrastive_loss.detach() / (4 * kw.temperature)
-        self.keep_step(out["z"], nats, world_and_rank()[0] * len(queries[0]) - 1)
-        return contrastive_loss + out["loss"]
+        num_negatives = world_and_rank()[0] * len(queries[0]) - 1
+        return self.step_output(contrastive_loss + out["loss"], out["z"], nats, num_negatives)

@@ -64,7 +64,7 @@ def batches(num_steps: int, num_crops: int, b: int = 4, size: int = 32, small: i
 LARGE, SMALL = 32, 16
 
 
-def _tiny_crop_overrides(family: str, config_name: str, crop: int = LARGE) -> List[str]:
+def _tiny_crop_overrides(config_name: str, crop: int = LARGE) -> List[str]:
     """Hydra overrides that shrink a shipped config's crops, keeping its layout and order."""
     out = [f"views.crop_size={crop}"]
     if "multicrop" in config_name:
@@ -88,7 +88,7 @@ def pretrain_argv(
     (the benchmark's recorder, attached through ``diagnostics.callbacks``; ``benchmarks.recorder.read_records``).
     """
     from attnce_plugin.configs import config_dir
-    from attnce_plugin.seam import solo_checkout_dir
+    from attnce_plugin.install import solo_checkout_dir
 
     argv = [
         str(solo_checkout_dir() / "main_pretrain.py"),
@@ -111,7 +111,7 @@ def pretrain_argv(
         "auto_resume.enabled=False",
         "method_kwargs.proj_hidden_dim=64",
         "method_kwargs.proj_output_dim=32",
-        *_tiny_crop_overrides(family, config_name, crop),
+        *_tiny_crop_overrides(config_name, crop),
     ]
     if "mocov3" in config_name:
         argv.append("method_kwargs.pred_hidden_dim=64")

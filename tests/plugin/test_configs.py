@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnce_plugin.seam import require_solo
+from attnce_plugin.install import require_solo
 
 require_solo()
 
@@ -45,13 +45,19 @@ def test_every_family_has_the_config_matrix():
 @pytest.mark.parametrize("path", PRETRAIN, ids=str)
 def test_pretrain_config_builds_its_method(path, tiny_image_folder):
     register()
-    cfg = _compose(path, [
-        "data.dataset=custom", f"data.train_path={tiny_image_folder['train']}", "~data.val_path",
-        "data.format=image_folder", "optimizer.batch_size=4",
-    ])  # fmt: skip
+    overrides = [
+        "data.dataset=custom",
+        f"data.train_path={tiny_image_folder['train']}",
+        "~data.val_path",
+        "data.format=image_folder",
+        "optimizer.batch_size=4",
+    ]
+    cfg = _compose(path, overrides)
     assert OmegaConf.select(cfg, "hydra.callbacks") is None  # composed without Hydra's own node
     cfg = wrap_parse_cfg(pretrain_args.parse_cfg)(cfg)
-    kw = cfg.method_kwargs
+    model = METHODS[cfg.method](cfg)
+    assert torch.isfinite(sum(p.sum() for p in model.parameters()))
+    kw = model.kwargs
     assert cfg.data.num_large_crops == 2
     assert cfg.data.num_small_crops == sum(p.num_crops for p in cfg.augmentations) - 2
     assert cfg.diagnostics.enabled is True
@@ -75,8 +81,6 @@ def test_pretrain_config_builds_its_method(path, tiny_image_folder):
     if "multicrop" in path.stem:
         assert kw.positives_update_bn is False
         assert cfg.augmentations[1].crop_size < cfg.augmentations[0].crop_size
-    model = METHODS[cfg.method](cfg)
-    assert torch.isfinite(sum(p.sum() for p in model.parameters()))
 
 
 @pytest.mark.parametrize("path", LINEAR, ids=str)

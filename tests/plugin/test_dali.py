@@ -15,7 +15,7 @@ from typing import Any, List
 import pytest
 import torch
 
-from attnce_plugin.seam import require_solo
+from attnce_plugin.install import require_solo
 
 require_solo()
 try:
@@ -57,26 +57,41 @@ def make_jpeg_folder(root: Path, num_classes: int, per_class: int) -> List[int]:
 def solo_dali_batches(cfg: Any) -> List[Any]:
     """One epoch of solo-learn's DALI loader for ``cfg`` on one process."""
     dataset, b = cfg.data.dataset, cfg.optimizer.batch_size
-    transform = FullTransformPipeline([
+    pipelines = [
         NCropAugmentation(build_transform_pipeline_dali(dataset, a, dali_device="cpu"), a.num_crops)
         for a in cfg.augmentations
-    ])  # fmt: skip
+    ]
     builder = PretrainPipelineBuilder(
-        Path(cfg.data.train_path), batch_size=b, transforms=transform, device="cpu", device_id=0,
-        shard_id=0, num_shards=1, num_threads=1, no_labels=False,
-        encode_indexes_into_labels=cfg.dali.encode_indexes_into_labels, data_fraction=-1.0,
-    )  # fmt: skip
+        Path(cfg.data.train_path),
+        batch_size=b,
+        transforms=FullTransformPipeline(pipelines),
+        device="cpu",
+        device_id=0,
+        shard_id=0,
+        num_shards=1,
+        num_threads=1,
+        no_labels=False,
+        encode_indexes_into_labels=cfg.dali.encode_indexes_into_labels,
+        data_fraction=-1.0,
+    )
     pipe = builder.pipeline(batch_size=b, num_threads=1, device_id=None, seed=builder.seed)
     pipe.build()
     # The output map from the crop counts the parse_cfg wrapper recorded (dali_dataloader.py:797).
     names = [f"large{i}" for i in range(cfg.data.num_large_crops)]
     names += [f"small{i}" for i in range(cfg.data.num_small_crops)]
-    return list(PretrainWrapper(
-        model_batch_size=b, model_rank=0, model_device=torch.device("cpu"),
-        dataset_size=pipe.epoch_size("Reader"), conversion_map=builder.conversion_map,
-        pipelines=pipe, output_map=names + ["label"], reader_name="Reader",
-        last_batch_policy=LastBatchPolicy.DROP, auto_reset=True,
-    ))  # fmt: skip
+    loader = PretrainWrapper(
+        model_batch_size=b,
+        model_rank=0,
+        model_device=torch.device("cpu"),
+        dataset_size=pipe.epoch_size("Reader"),
+        conversion_map=builder.conversion_map,
+        pipelines=pipe,
+        output_map=names + ["label"],
+        reader_name="Reader",
+        last_batch_policy=LastBatchPolicy.DROP,
+        auto_reset=True,
+    )
+    return list(loader)
 
 
 def test_installed_dali_is_the_pinned_version():
@@ -88,9 +103,12 @@ def test_installed_dali_is_the_pinned_version():
 
 @pytest.mark.parametrize(
     "family,name,sizes",
-    [("custom", "attentionnce", [32] * 6), ("imagenet-100", "attentionnce_multicrop", [32, 32] + [16] * 4),
-     ("custom", "mocov3_attentionnce", [32] * 6)],
-)  # fmt: skip
+    [
+        ("custom", "attentionnce", [32] * 6),
+        ("imagenet-100", "attentionnce_multicrop", [32, 32] + [16] * 4),
+        ("custom", "mocov3_attentionnce", [32] * 6),
+    ],
+)
 def test_shipped_dali_configs_train_on_solo_learns_dali_batches(family, name, sizes, tmp_path):
     classes = make_jpeg_folder(tmp_path / "train", 3, 4)
     overrides = [
@@ -114,7 +132,7 @@ def test_shipped_dali_configs_train_on_solo_learns_dali_batches(family, name, si
     assert sorted(seen) == list(range(len(classes)))
     torch.manual_seed(0)
     model = METHODS[cfg.method](cfg).train()
-    loss = model.training_step(batches[0], 0)
+    loss = model.training_step(batches[0], 0)["loss"]
     loss.backward()
     assert torch.isfinite(loss)
     assert all(p.grad is not None for g in model.learnable_params for p in g["params"])
@@ -122,8 +140,7 @@ def test_shipped_dali_configs_train_on_solo_learns_dali_batches(family, name, si
 
 def test_dali_without_index_encoding_is_refused(tmp_path):
     make_jpeg_folder(tmp_path / "train", 2, 2)
+    overrides = ["data_format=dali", "dali.encode_indexes_into_labels=False"]
+    cfg = compose_pretrain_cfg("attentionnce.yaml", tmp_path / "train", overrides, family="custom")
     with pytest.raises(MethodConfigError, match="dali.encode_indexes_into_labels=True"):
-        compose_pretrain_cfg(
-            "attentionnce.yaml", tmp_path / "train",
-            ["data_format=dali", "dali.encode_indexes_into_labels=False"], family="custom",
-        )  # fmt: skip
+        METHODS[cfg.method](cfg)

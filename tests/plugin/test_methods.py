@@ -12,7 +12,7 @@ from typing import List
 import pytest
 import torch
 
-from attnce_plugin.seam import require_solo
+from attnce_plugin.install import require_solo
 
 require_solo()
 
@@ -82,30 +82,44 @@ def _pair(cls, solo_cls, config, overrides, keep, train, small_crops: int = 0):
 
 def test_loss_mocov3_is_solo_learns_mocov3_step_for_step(tiny_image_folder):
     ours, reference, _ = _pair(
-        MoCoV3AttentionNCE, solo.methods.MoCoV3, "mocov3_attentionnce.yaml",
+        MoCoV3AttentionNCE,
+        solo.methods.MoCoV3,
+        "mocov3_attentionnce.yaml",
         ["method_kwargs.loss=mocov3", "method_kwargs.pred_hidden_dim=32"],
         ["proj_hidden_dim", "proj_output_dim", "pred_hidden_dim", "temperature"],
         tiny_image_folder["train"],
-    )  # fmt: skip
+    )
     _assert_trains_like_solo(ours, reference, make_batches(3, 6, small=32))
 
 
 def test_loss_simclr_is_solo_learns_simclr_step_for_step(tiny_image_folder):
     ours, reference, _ = _pair(
-        AttentionNCE, solo.methods.SimCLR, "attentionnce.yaml", ["+method_kwargs.loss=simclr"],
-        ["proj_hidden_dim", "proj_output_dim", "temperature"], tiny_image_folder["train"],
-    )  # fmt: skip
+        AttentionNCE,
+        solo.methods.SimCLR,
+        "attentionnce.yaml",
+        ["+method_kwargs.loss=simclr"],
+        ["proj_hidden_dim", "proj_output_dim", "temperature"],
+        tiny_image_folder["train"],
+    )
     _assert_trains_like_solo(ours, reference, make_batches(3, 6, small=32))
 
 
 def test_loss_simclr_all_views_is_solo_learns_simclr_with_small_crops(tiny_image_folder):
     """The same-views baseline: solo-learn's SimCLR whose small crops are the 4 positives."""
+    overrides = [
+        "+method_kwargs.loss=simclr_all_views",
+        "views.positive_crop_size=16",
+        "method_kwargs.positives_update_bn=true",  # as solo-learn's small crops do
+    ]
     ours, reference, _ = _pair(
-        AttentionNCE, solo.methods.SimCLR, "attentionnce_multicrop.yaml",
-        ["+method_kwargs.loss=simclr_all_views", "views.positive_crop_size=16",
-         "method_kwargs.positives_update_bn=true"],  # as solo-learn's small crops do
-        ["proj_hidden_dim", "proj_output_dim", "temperature"], tiny_image_folder["train"], 4,
-    )  # fmt: skip
+        AttentionNCE,
+        solo.methods.SimCLR,
+        "attentionnce_multicrop.yaml",
+        overrides,
+        ["proj_hidden_dim", "proj_output_dim", "temperature"],
+        tiny_image_folder["train"],
+        4,
+    )
     _assert_trains_like_solo(ours, reference, make_batches(3, 6, small=16), reference_crops=6)
 
 
@@ -114,7 +128,8 @@ def test_loss_simclr_all_views_is_solo_learns_simclr_with_small_crops(tiny_image
 )
 def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, tiny_image_folder):
     """training_step's loss == the online classifier's loss + attentionnce_loss_func of the
-    anchors' ``forward`` and the positives' ``multicrop_forward``, crop by crop."""
+    anchors' ``forward`` and the positives' ``multicrop_forward``, crop by crop; beside it, what
+    the diagnostics read: the anchor views, that loss alone and K = V*b - V negatives."""
     cfg = compose_pretrain_cfg(
         "attentionnce.yaml",
         tiny_image_folder["train"],
@@ -122,8 +137,10 @@ def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, tiny_i
     )
     model = AttentionNCE(cfg).eval()  # eval: BatchNorm and the forwards are deterministic
     indexes, crops, targets = make_batches(1, 6, small=32)[0]
+    got = model.training_step([indexes, crops, targets], 1)
+    assert got["loss"].requires_grad  # what Lightning's backward takes; the rest detached:
+    assert not any(v.requires_grad for v in [got["nce_nats"], *got["anchor_views"]])
     with torch.no_grad():
-        got = model.training_step([indexes, crops, targets], 1)
         z = [model(c)["z"] for c in crops[:2]]
         positives = torch.stack([model.multicrop_forward(c)["z"] for c in crops[2:]], dim=1)
         if anchor == "mean":
@@ -134,11 +151,16 @@ def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, tiny_i
         nce = attentionnce_loss_func(
             anchors, positives, indexes, kw.temperature, kw.d_pos, kw.d_neg, weighting
         )
+        views = 1 if anchor == "mean" else 2
         logits = [model(c)["logits"] for c in crops[:2]]
         cls = (
             sum(torch.nn.functional.cross_entropy(x, targets, ignore_index=-1) for x in logits) / 2
         )
-    torch.testing.assert_close(got, nce + cls)
+    torch.testing.assert_close(got["loss"], nce + cls)
+    torch.testing.assert_close(got["nce_nats"], nce)
+    assert got["num_negatives"] == views * len(indexes) - views
+    for v, want in zip(got["anchor_views"], z):
+        torch.testing.assert_close(v, want)
 
 
 def test_batched_positives_equal_per_crop_in_eval_mode(tiny_image_folder):
@@ -170,29 +192,37 @@ def test_positives_update_bn_false_keeps_running_statistics_to_the_anchors(tiny_
     assert not torch.equal(bn.running_mean, before)  # unfrozen: solo-learn's behaviour
 
 
+MOCO_SMALL = ["augmentations.2.crop_size=16", "method_kwargs.pred_hidden_dim=32"]
+MOCO_NO_KEY = MOCO_SMALL + ["+method_kwargs.key_in_prototype=false"]
+
+
 @pytest.mark.parametrize(
     "cls,config,overrides",
     [
         (AttentionNCE, "attentionnce_multicrop.yaml", ["+method_kwargs.batch_positives=true"]),
-        (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml", ["augmentations.2.crop_size=16"]),
-        (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml",
-         ["augmentations.2.crop_size=16", "+method_kwargs.key_in_prototype=false"]),
+        (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml", MOCO_SMALL),
+        (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml", MOCO_NO_KEY),
     ],
-)  # fmt: skip
+)
 def test_every_learnable_parameter_gets_a_gradient(cls, config, overrides, tiny_image_folder):
-    extra = ["method_kwargs.pred_hidden_dim=32"] if cls is MoCoV3AttentionNCE else []
-    model = cls(compose_pretrain_cfg(config, tiny_image_folder["train"], overrides + extra))
+    """And, for MoCo, solo-learn's momentum update (BaseMomentumMethod.on_train_batch_end) still
+    runs after a training_step that returns a dict."""
+    model = cls(compose_pretrain_cfg(config, tiny_image_folder["train"], overrides))
+    momentum = getattr(model, "momentum_backbone", None)
+    before = [p.clone() for p in momentum.parameters()] if momentum is not None else []
     steps = _fit(model, make_batches(2, 6))
     assert len(steps.losses) == 2 and all(torch.isfinite(x) for x in steps.losses)
     assert not steps.missing, sorted(set(steps.missing))
+    if momentum is not None:
+        assert not all(torch.equal(a, b) for a, b in zip(before, momentum.parameters()))
 
 
 def test_attention_logged_every_k_batches_and_callbacks_built(tiny_image_folder):
-    cfg = compose_pretrain_cfg(
-        "attentionnce.yaml", tiny_image_folder["train"],
-        ["+method_kwargs.attention_log_every=2",
-         "+diagnostics.callbacks.steps._target_=lightning.pytorch.callbacks.Timer"],
-    )  # fmt: skip
+    overrides = [
+        "+method_kwargs.attention_log_every=2",
+        "+diagnostics.callbacks.steps._target_=lightning.pytorch.callbacks.Timer",
+    ]
+    cfg = compose_pretrain_cfg("attentionnce.yaml", tiny_image_folder["train"], overrides)
     model = AttentionNCE(cfg)
     kinds = sorted(type(c).__name__ for c in model.configure_callbacks())
     assert kinds == ["AttentionDiagnostics", "Timer"]
@@ -217,10 +247,12 @@ def test_wrong_crop_count_is_named(tiny_image_folder):
 def test_moco_form_builds_solo_learns_mocov3_vit(tiny_image_folder):
     from solo.backbones.vit.vit_mocov3 import VisionTransformerMoCo
 
-    cfg = compose_pretrain_cfg(
-        "mocov3_attentionnce.yaml", tiny_image_folder["train"],
-        ["backbone.name=vit_tiny", "method_kwargs.pred_hidden_dim=32", "++backbone.kwargs.img_size=32"],
-    )  # fmt: skip
+    overrides = [
+        "backbone.name=vit_tiny",
+        "method_kwargs.pred_hidden_dim=32",
+        "++backbone.kwargs.img_size=32",
+    ]
+    cfg = compose_pretrain_cfg("mocov3_attentionnce.yaml", tiny_image_folder["train"], overrides)
     model = MoCoV3AttentionNCE(cfg)
     assert isinstance(model.backbone, VisionTransformerMoCo)
     assert isinstance(model.momentum_backbone, VisionTransformerMoCo)

@@ -12,13 +12,17 @@ from typing import Dict
 import pytest
 import torch
 
-from attnce_plugin.seam import require_solo, solo_checkout_dir
+from attnce_plugin.install import require_solo, solo_checkout_dir
 from benchmarks.recorder import read_records
 
 require_solo()
 
 from helpers.configs import pretrain_argv  # noqa: E402
 from helpers.scripts import find_checkpoints, run_script  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from attnce_plugin.methods import METHODS  # noqa: E402
+from attnce_plugin.seam import register  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -42,17 +46,42 @@ def test_paper_setting_trains_and_logs_the_diagnostics(cifar_run):
     assert args["method"] == "attentionnce"
     assert (args["data"]["num_large_crops"], args["data"]["num_small_crops"]) == (2, 4)
     assert (args["method_kwargs"]["d_pos"], args["method_kwargs"]["d_neg"]) == (1, 10)
+    # The choices as plain strings, the defaults filled in (the config sets neither of these).
+    assert (args["method_kwargs"]["loss"], args["method_kwargs"]["anchor"]) == (
+        "attentionnce",
+        "views",
+    )
     records = read_records(cifar_run["record"])
     (epoch,) = [r for r in records if r["event"] == "epoch"]
-    for key in ("train_nce_loss", "train_attn_eff_num_positives", "train_attn_max_beta",
-                "train_attn_eff_num_negatives", "train_repr_alignment", "val_acc1",
-                "val_repr_feats_eff_rank", "val_repr_z_uniformity"):  # fmt: skip
+    logged = [
+        "train_nce_loss",
+        "train_attn_eff_num_positives",
+        "train_attn_max_beta",
+        "train_attn_eff_num_negatives",
+        "train_repr_alignment",
+        "train_repr_mi_bound",
+        "val_acc1",
+        "val_repr_feats_eff_rank",
+        "val_repr_z_uniformity",
+    ]
+    for key in logged:
         assert key in epoch, f"{key} not logged; logged: {sorted(epoch)}"
     # M = 4; K = 2 * 4 images - 2 = 6 negatives per anchor (batch 4).
     assert 1.0 <= epoch["train_attn_eff_num_positives"] <= 4.0 + 1e-4
     assert 1.0 <= epoch["train_attn_eff_num_negatives"] <= 6.0 + 1e-3
     losses = [r["loss"] for r in records if r["event"] == "step"]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+
+
+def test_checkpoint_rebuilds_from_its_args_json_also_with_0_5s_compile_key(cifar_run):
+    """As main_knn.py:124-133 and the benchmark's probes rebuild a method: from args.json."""
+    register()
+    args = json.loads((cifar_run["ckpt"].parent / "args.json").read_text())
+    args["method_kwargs"]["compile"] = True  # 0.5 wrote this key; 0.6 has no such setting
+    model = METHODS[args["method"]](OmegaConf.create(args))
+    state = torch.load(cifar_run["ckpt"], map_location="cpu", weights_only=False)["state_dict"]
+    model.load_state_dict(state)
+    assert model.num_positive_crops == 4 and model.kwargs.d_neg == 10
 
 
 def test_resume_from_checkpoint(cifar_run, tiny_image_folder, tmp_path):
@@ -65,13 +94,25 @@ def test_resume_from_checkpoint(cifar_run, tiny_image_folder, tmp_path):
 
 def _linear(config: str, ckpt: Path, data: Dict[str, Path], cwd: Path) -> dict:
     argv = [
-        str(solo_checkout_dir() / "main_linear.py"), "--config-path", "pkg://attnce_plugin.configs",
-        "--config-name", config, f"pretrained_feature_extractor='{ckpt}'",  # quoted: '=' in names
-        "data.dataset=custom", "data.format=image_folder", f"data.train_path={data['train']}",
-        f"data.val_path={data['val']}", "data.num_workers=0", "optimizer.batch_size=4",
-        "trainer=cpu", "max_epochs=1", "++limit_train_batches=1", "++limit_val_batches=1",
-        f"checkpoint.dir={cwd / 'lin'}", "auto_resume.enabled=False",
-    ]  # fmt: skip
+        str(solo_checkout_dir() / "main_linear.py"),
+        "--config-path",
+        "pkg://attnce_plugin.configs",
+        "--config-name",
+        config,
+        f"pretrained_feature_extractor='{ckpt}'",  # quoted: '=' in names
+        "data.dataset=custom",
+        "data.format=image_folder",
+        f"data.train_path={data['train']}",
+        f"data.val_path={data['val']}",
+        "data.num_workers=0",
+        "optimizer.batch_size=4",
+        "trainer=cpu",
+        "max_epochs=1",
+        "++limit_train_batches=1",
+        "++limit_val_batches=1",
+        f"checkpoint.dir={cwd / 'lin'}",
+        "auto_resume.enabled=False",
+    ]
     proc = run_script(argv, cwd)
     assert find_checkpoints(cwd / "lin"), proc.stdout[-3000:]
     return json.loads(next((cwd / "lin").rglob("args.json")).read_text())
@@ -123,9 +164,12 @@ def test_ddp_two_processes(tiny_image_folder, tmp_path):
 
 @pytest.mark.parametrize(
     "override,message",
-    [("++method_kwargs.d_negg=1", "method_kwargs.d_negg is not a setting"),
-     ("augmentations.0.num_crops=3", "the anchors are the first 2 crops")],
-)  # fmt: skip
+    [
+        ("++method_kwargs.d_negg=1", "method_kwargs.d_negg is not a setting"),
+        ("++method_kwargs.neg_weighting=hcl", "method_kwargs.neg_weighting"),
+        ("augmentations.0.num_crops=3", "the anchors are the first 2 crops"),
+    ],
+)
 def test_bad_settings_refused_before_training(override, message, tiny_image_folder, tmp_path):
     argv = pretrain_argv("cifar", "attentionnce.yaml", tiny_image_folder, tmp_path / "ckpt")
     proc = run_script(argv + [override], tmp_path, check=False)

@@ -10,7 +10,7 @@ import inspect
 import pytest
 import torch
 
-from attnce_plugin.seam import require_solo, solo_checkout_dir
+from attnce_plugin.install import require_solo, solo_checkout_dir
 
 require_solo()
 
@@ -36,32 +36,79 @@ def _script(name: str) -> str:
 
 #: (the patch, solo-learn's file:line, its source, the snippets the patch relies on).
 RELIANCES = [
-    ("register (methods)", "main_pretrain.py:39,74", lambda: _script("main_pretrain.py"),
-     ["from solo.methods import METHODS", "model = METHODS[cfg.method](cfg)"]),
-    ("register (attnce-knn, attnce-umap)", "main_knn.py:37, main_umap.py:28",
-     lambda: _script("main_knn.py") + _script("main_umap.py"), ["from solo.methods import METHODS"]),
-    ("register (backbones)", "solo/methods/base.py:186-205",
-     lambda: inspect.getsource(BaseMethod.__init__),
-     ["assert cfg.backbone.name in BaseMethod._BACKBONES",
-      'if self.backbone_name.startswith("resnet"):', "self.backbone.num_features"]),
-    ("wrap_parse_cfg", "main_pretrain.py:30,65,71", lambda: _script("main_pretrain.py"),
-     ["from solo.args.pretrain import parse_cfg", "cfg = parse_cfg(cfg)",
-      "if cfg.data.num_large_crops != 2:"]),
-    ("wrap_parse_cfg", "solo/args/pretrain.py:138-146", lambda: inspect.getsource(pretrain_args.parse_cfg),
-     ["if big_size == pipeline.crop_size:", "cfg.data.num_small_crops = num_small_crops"]),
-    ("methods: the anchors alone", "solo/methods/base.py:247-251,510-516",
-     lambda: inspect.getsource(BaseMethod),
-     ["self.num_crops: int = self.num_large_crops + self.num_small_crops",
-      "assert len(X) == self.num_crops", "if self.multicrop:"]),
-    ("methods: M as small crops", "solo/data/dali_dataloader.py:797-800",
-     lambda: inspect.getsource(PretrainDALIDataModule.setup),
-     ['[f"small{i}" for i in range(self.num_small_crops)]']),
-    ("mocov3_attentionnce.training_step", "solo/methods/mocov3.py:196-216",
-     lambda: inspect.getsource(MoCoV3.training_step),
-     ["out = super().training_step(batch, batch_idx)", 'Q = out["q"]', 'K = out["momentum_k"]']),
-    ("attnce-knn", "solo/args/knn.py:19-22, main_knn.py:161-165",
-     lambda: _script("main_knn.py"), ["for k in args.k:", "for distance_fx in args.distance_function:"]),
-]  # fmt: skip
+    (
+        "register (methods)",
+        "main_pretrain.py:39,74",
+        lambda: _script("main_pretrain.py"),
+        ["from solo.methods import METHODS", "model = METHODS[cfg.method](cfg)"],
+    ),
+    (
+        "methods: settings read in solo-learn's hook",
+        "solo/methods/base.py:179",
+        lambda: inspect.getsource(BaseMethod.__init__),
+        ["cfg = self.add_and_assert_specific_cfg(cfg)"],
+    ),
+    (
+        "register (attnce-knn, attnce-umap)",
+        "main_knn.py:37, main_umap.py:28",
+        lambda: _script("main_knn.py") + _script("main_umap.py"),
+        ["from solo.methods import METHODS"],
+    ),
+    (
+        "register (backbones)",
+        "solo/methods/base.py:186-205",
+        lambda: inspect.getsource(BaseMethod.__init__),
+        [
+            "assert cfg.backbone.name in BaseMethod._BACKBONES",
+            'if self.backbone_name.startswith("resnet"):',
+            "self.backbone.num_features",
+        ],
+    ),
+    (
+        "wrap_parse_cfg",
+        "main_pretrain.py:30,65,71",
+        lambda: _script("main_pretrain.py"),
+        [
+            "from solo.args.pretrain import parse_cfg",
+            "cfg = parse_cfg(cfg)",
+            "if cfg.data.num_large_crops != 2:",
+        ],
+    ),
+    (
+        "wrap_parse_cfg",
+        "solo/args/pretrain.py:138-146",
+        lambda: inspect.getsource(pretrain_args.parse_cfg),
+        ["if big_size == pipeline.crop_size:", "cfg.data.num_small_crops = num_small_crops"],
+    ),
+    (
+        "methods: the anchors alone",
+        "solo/methods/base.py:247-251,510-516",
+        lambda: inspect.getsource(BaseMethod),
+        [
+            "self.num_crops: int = self.num_large_crops + self.num_small_crops",
+            "assert len(X) == self.num_crops",
+            "if self.multicrop:",
+        ],
+    ),
+    (
+        "methods: M as small crops",
+        "solo/data/dali_dataloader.py:797-800",
+        lambda: inspect.getsource(PretrainDALIDataModule.setup),
+        ['[f"small{i}" for i in range(self.num_small_crops)]'],
+    ),
+    (
+        "mocov3_attentionnce.training_step",
+        "solo/methods/mocov3.py:196-216",
+        lambda: inspect.getsource(MoCoV3.training_step),
+        ["out = super().training_step(batch, batch_idx)", 'Q = out["q"]', 'K = out["momentum_k"]'],
+    ),
+    (
+        "attnce-knn",
+        "solo/args/knn.py:19-22, main_knn.py:161-165",
+        lambda: _script("main_knn.py"),
+        ["for k in args.k:", "for distance_fx in args.distance_function:"],
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -108,10 +155,16 @@ def test_wrapper_leaves_solo_learns_own_methods_alone(tiny_image_folder):
     assert wrapped(copy.deepcopy(cfg)) == pretrain_args.parse_cfg(copy.deepcopy(cfg))
 
 
-def test_wrapper_sets_the_crop_roles_and_refuses_bad_ones(tiny_image_folder):
+def test_wrapper_sets_the_crop_roles_only(tiny_image_folder):
     train = f"data.train_path={tiny_image_folder['train']}"
-    cfg = wrap_parse_cfg(pretrain_args.parse_cfg)(_compose("attentionnce.yaml", [train]))
+    given = _compose("attentionnce.yaml", [train, "++method_kwargs.d_negg=2"])
+    method_kwargs = OmegaConf.to_container(given.method_kwargs, resolve=True)
+    cfg = wrap_parse_cfg(pretrain_args.parse_cfg)(given)
     assert (cfg.data.num_large_crops, cfg.data.num_small_crops) == (2, 4)  # solo-learn: (6, 0)
+    # The settings are the method's to read (its add_and_assert_specific_cfg), not the wrapper's.
+    assert OmegaConf.to_container(cfg.method_kwargs) == method_kwargs
+    with pytest.raises(MethodConfigError, match="method_kwargs.d_negg"):
+        METHODS[cfg.method](cfg)
     bad = _compose("attentionnce.yaml", [train, "augmentations.0.num_crops=3"])
     with pytest.raises(MethodConfigError, match="the anchors are the first 2 crops"):
         wrap_parse_cfg(pretrain_args.parse_cfg)(bad)
