@@ -1,14 +1,19 @@
 """Commands: ``attnce-knn`` and ``attnce-umap`` run solo-learn's argparse scripts with the
 plugin's methods registered (they look the checkpoint's method up in ``solo.methods.METHODS`` and
 have no Hydra config through which the plugin could register); ``attnce-configs`` prints the
-shipped configs' folder."""
+shipped configs' folder. Each answers ``--help``."""
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import inspect
 import runpy
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
+
+from attnce_plugin.install import require_solo, solo_checkout_dir
 
 #: solo-learn's own scripts/knn/imagenet-100/knn.sh values for the options its parser leaves at
 #: None (solo/args/knn.py:19-22), which main_knn.py:161-165 iterates over after extracting every
@@ -21,9 +26,24 @@ KNN_DEFAULTS = {
 }
 
 
+def _solo_parse(module: str, argv: Sequence[str], doc: Optional[str]) -> Any:
+    """solo-learn's argparse parser ``solo.args.<module>.parse_args_<module>`` (it reads
+    ``sys.argv``) on ``argv``; on ``--help``, ``doc`` is printed first and argparse exits after
+    listing solo-learn's options."""
+    require_solo()
+    parse = getattr(importlib.import_module(f"solo.args.{module}"), f"parse_args_{module}")
+    if doc and {"-h", "--help"} & set(argv):
+        print(inspect.cleandoc(doc) + "\n")
+    saved, sys.argv = sys.argv, [Path(sys.argv[0]).name, *argv]
+    try:
+        return parse()
+    finally:
+        sys.argv = saved
+
+
 def run_solo_script(script: str, argv: Sequence[str]) -> None:
     """Register the methods, then run ``<solo-learn checkout>/<script>`` as ``__main__``."""
-    from attnce_plugin.seam import register, solo_checkout_dir
+    from attnce_plugin.seam import register
 
     register()
     path = solo_checkout_dir() / script
@@ -31,40 +51,45 @@ def run_solo_script(script: str, argv: Sequence[str]) -> None:
     runpy.run_path(str(path), run_name="__main__")
 
 
-def complete_knn_argv(argv: Sequence[str]) -> List[str]:
+def complete_knn_argv(argv: Sequence[str], doc: Optional[str] = None) -> List[str]:
     """``argv`` plus :data:`KNN_DEFAULTS` for the options not given, as solo-learn parses them."""
-    from attnce_plugin.seam import require_solo
-
-    require_solo()
-    from solo.args.knn import parse_args_knn
-
-    saved, sys.argv = sys.argv, ["main_knn.py", *argv]
-    try:
-        args = parse_args_knn()
-    finally:
-        sys.argv = saved
+    args = _solo_parse("knn", argv, doc)
     return list(argv) + [
         x for k, v in KNN_DEFAULTS.items() if getattr(args, k) is None for x in [f"--{k}", *v]
     ]
 
 
 def knn(argv: Optional[Sequence[str]] = None) -> None:
-    """``attnce-knn``: solo-learn's ``main_knn.py`` (needs a CUDA GPU, as that script does)."""
-    run_solo_script("main_knn.py", complete_knn_argv(sys.argv[1:] if argv is None else argv))
+    """attnce-knn: solo-learn's main_knn.py (needs a CUDA GPU) with the plugin's methods
+    registered, so that it reads their checkpoints. Of --k, --temperature, --feature_type and
+    --distance_function, those not given get solo-learn's scripts/knn/imagenet-100/knn.sh values.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    run_solo_script("main_knn.py", complete_knn_argv(argv, knn.__doc__))
 
 
 def umap(argv: Optional[Sequence[str]] = None) -> None:
-    """``attnce-umap``: solo-learn's ``main_umap.py`` (needs a CUDA GPU and umap-learn)."""
-    run_solo_script("main_umap.py", sys.argv[1:] if argv is None else argv)
+    """attnce-umap: solo-learn's main_umap.py (needs a CUDA GPU and umap-learn) with the plugin's
+    methods registered, so that it reads their checkpoints."""
+    argv = sys.argv[1:] if argv is None else argv
+    _solo_parse("umap", argv, umap.__doc__)  # before main_umap.py imports umap: --help without it
+    run_solo_script("main_umap.py", argv)
 
 
 def configs(argv: Optional[Sequence[str]] = None) -> int:
     """``attnce-configs [SUBFOLDER]``: the shipped configs' folder, for ``--config-path`` (or use
     ``--config-path pkg://attnce_plugin.configs``)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    folder = Path(__file__).parent / "configs" / (args[0] if args else "")
+    parser = argparse.ArgumentParser(
+        prog="attnce-configs",
+        description="Print the folder of the configs shipped with attnce-plugin, or of SUBFOLDER "
+        "in it, for solo-learn's --config-path (pkg://attnce_plugin.configs works too).",
+    )
+    parser.add_argument("subfolder", nargs="?", default="", help="e.g. pretrain/cifar")
+    subfolder = parser.parse_args(sys.argv[1:] if argv is None else argv).subfolder
+    root = Path(__file__).parent / "configs"
+    folder = root / subfolder
     if not folder.is_dir():
-        print(f"attnce-configs: no folder {args[0]!r} in {folder.parent}", file=sys.stderr)
+        print(f"attnce-configs: no folder {subfolder!r} in {root}", file=sys.stderr)
         return 2
     print(folder)
     return 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from attnce_plugin import cli
 
 
@@ -58,3 +60,19 @@ def test_configs_unknown_subfolder_returns_2(capsys):
     assert cli.configs(["pretrain/nope"]) == 2
     out = capsys.readouterr()
     assert out.out == "" and "no folder 'pretrain/nope'" in out.err
+
+
+@pytest.mark.parametrize(
+    "command,says",
+    [
+        (cli.configs, ["usage: ", "SUBFOLDER", "--config-path"]),
+        (cli.knn, ["attnce-knn", "main_knn.py", "--pretrained_checkpoint_dir", "--k"]),
+        (cli.umap, ["attnce-umap", "main_umap.py", "--pretrained_checkpoint_dir"]),
+    ],
+)
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_answers_help(command, says, flag, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        command([flag])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and all(s in out for s in says), out
