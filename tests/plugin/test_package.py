@@ -41,11 +41,8 @@ def test_wheel_holds_the_library_and_all_configs_only(tmp_path):
     src = tmp_path / "src"
     skip = shutil.ignore_patterns(".git", ".gpucheck", "__pycache__", "*.egg-info", "build", ".*")
     shutil.copytree(REPO, src, ignore=skip)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path / "dist"), str(src)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run(pip + ["-w", str(tmp_path / "dist"), str(src)], check=True, capture_output=True)
     wheel = zipfile.ZipFile(next((tmp_path / "dist").glob("attnce_plugin-*.whl")))
     names = set(wheel.namelist())
     assert {n.split("/")[0] for n in names} == {"attnce_plugin", f"{_dist_info(names)}"}
