@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.recorder import read_records
-from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Row, Run, matched_epochs
+from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Row, Run, matched_epochs, method_overrides
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 Result = Dict[str, Any]
@@ -76,7 +76,7 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     ``--set`` values, the raw ones. No loader workers: on 2 cores they slow the step more than
     they save."""
     method = run.row.method
-    out = list(METHODS[method][2]) + [
+    out = method_overrides(method) + [
         "++data.dataset=custom",
         f"++data.train_path={budget.train}",
         f"++data.val_path={budget.val}",

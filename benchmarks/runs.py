@@ -14,29 +14,28 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 #: the two controls are the same 2 + M views without the attention (solo-learn's SimCLR loss on
 #: every view), and the attention off (d -> inf: the mean prototype, plain negatives).
 METHODS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
-    "simclr": (
-        "SimCLR",
-        "attentionnce",
-        ("++method_kwargs.loss=simclr", "++views.num_positives=0"),
-    ),
-    "mocov3": (
-        "MoCo v3",
-        "mocov3_attentionnce",
-        ("++method_kwargs.loss=mocov3", "++views.num_positives=0"),
-    ),
+    "simclr": ("SimCLR", "attentionnce", ("loss=simclr", "num_positives=0")),
+    "mocov3": ("MoCo v3", "mocov3_attentionnce", ("loss=mocov3", "num_positives=0")),
     "attentionnce": ("AttentionNCE", "attentionnce", ()),
     "mocov3_attentionnce": ("MoCo v3 + AttentionNCE", "mocov3_attentionnce", ()),
-    "simclr_views": (
-        "SimCLR on the same views",
-        "attentionnce",
-        ("++method_kwargs.loss=simclr_all_views",),
-    ),
+    "simclr_views": ("SimCLR on the same views", "attentionnce", ("loss=simclr_all_views",)),
     "attentionnce_off": (
         "AttentionNCE, attention off",
         "attentionnce",
-        ("++method_kwargs.d_pos=1000000.0", "++method_kwargs.d_neg=1000000.0"),
+        ("d_pos=1000000.0", "d_neg=1000000.0"),
     ),
 }
+
+
+def method_overrides(method: str) -> List[str]:
+    """The Hydra overrides that make ``method`` from its shipped config."""
+    group = {"num_positives": "views"}
+    return [
+        f"++{group.get(k, 'method_kwargs')}.{k}={v}"
+        for k, v in (kv.split("=") for kv in METHODS[method][2])
+    ]
+
+
 #: The methods whose rows see M positive views; the first two are the AttentionNCE forms.
 POSITIVE_METHODS = ("attentionnce", "mocov3_attentionnce", "simclr_views", "attentionnce_off")
 #: baseline -> the AttentionNCE method whose training time its equal-time row matches.
@@ -92,19 +91,14 @@ class Run:
 #: The reference preset's rows and its four questions (row a minus row b).
 ATTN = Row("attentionnce", 4)
 MOCO_ATTN = Row("mocov3_attentionnce", 4)
+SIMCLR_TIME, MOCO_TIME = (
+    Row(m, comparison="equal-time", time_of=t) for m, t in (("simclr", ATTN), ("mocov3", MOCO_ATTN))
+)
 QUESTIONS: Tuple[Tuple[str, Row, Row], ...] = (
-    (
-        "Does AttentionNCE beat SimCLR at equal time?",
-        ATTN,
-        Row("simclr", comparison="equal-time", time_of=ATTN),
-    ),
+    ("Does AttentionNCE beat SimCLR at equal time?", ATTN, SIMCLR_TIME),
     ("Does it beat SimCLR on the same views?", ATTN, Row("simclr_views", 4)),
     ("Is the attention itself responsible?", ATTN, Row("attentionnce_off", 4)),
-    (
-        "Does the MoCo form beat MoCo v3 (equal time)?",
-        MOCO_ATTN,
-        Row("mocov3", comparison="equal-time", time_of=MOCO_ATTN),
-    ),
+    ("Does the MoCo form beat MoCo v3 (equal time)?", MOCO_ATTN, MOCO_TIME),
 )
 
 
@@ -129,7 +123,7 @@ def controls(row: Row) -> List[Row]:
         return [MOCO_ATTN, Row("mocov3")]
     tau = tuple((k, v) for k, v in row.kwargs if k == "temperature")
     out = [Row("simclr_views", row.m, tau), Row("attentionnce_off", row.m, tau)]
-    out += [] if tau else [QUESTIONS[0][2]]
+    out += [] if tau else [SIMCLR_TIME]
     if ("neg_weighting", "importance") in row.kwargs:
         logit = tuple(kv for kv in row.kwargs if kv[0] != "neg_weighting")
         out.append(Row(row.method, row.m, logit, "ablation"))
@@ -154,6 +148,8 @@ class Preset:
     show_reference: bool = False  # end by printing the committed reference tables
 
 
+#: Our recipe: a milder crop and temperature 0.2, screened on SimCLR.
+RECIPE = dict(crop_min_scale=0.5, sets=("method_kwargs.temperature=0.2",))
 PRESETS: Dict[str, Preset] = {
     # No limit_val_batches: solo's kNN counts the classes it saw, and the val folder is sorted.
     "smoke": Preset(96, 40, 1, 16, (0,), "tests: 1 epoch of 6 batches, numbers meaningless"),
@@ -168,11 +164,9 @@ PRESETS: Dict[str, Preset] = {
         "then the reference's committed tables",
         extra_m=(),
         time_matched=False,
-        crop_min_scale=0.5,
-        sets=("method_kwargs.temperature=0.2",),
         show_reference=True,
+        **RECIPE,
     ),
-    # Our recipe (milder crop, temperature 0.2), screened on SimCLR.
     "reference": Preset(
         6000,
         2000,
@@ -182,8 +176,7 @@ PRESETS: Dict[str, Preset] = {
         "every method and control, 3 seeds: ~40 h on 2 CPU cores, "
         "run in parts (--methods, --seeds; finished runs are reused)",
         methods=tuple(METHODS),
-        crop_min_scale=0.5,
-        sets=("method_kwargs.temperature=0.2",),
+        **RECIPE,
     ),
 }
 

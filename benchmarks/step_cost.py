@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.recorder import PHASES, RunRecorder, read_records
 from benchmarks.runner import compose
-from benchmarks.runs import METHODS, Row, Run
+from benchmarks.runs import METHODS, Row, Run, method_overrides
 
 #: The rows, each with the baseline it is compared with.
 BASELINE = {"simclr": "simclr", "attentionnce": "simclr", "mocov3": "mocov3"}
@@ -57,7 +57,7 @@ def time_interleaved(calls: Dict[str, Callable], repeats: int, device: torch.dev
 def overrides(args: argparse.Namespace, train_path: str, method: str) -> List[str]:
     # One GPU: SyncBatchNorm would do nothing there.
     gpu = ["++devices=[0]", "++strategy=auto", "++sync_batchnorm=False"]
-    out = [*METHODS[method][2], *(["trainer=cpu"] if args.device == "cpu" else gpu)]
+    out = [*method_overrides(method), *(["trainer=cpu"] if args.device == "cpu" else gpu)]
     out += [f"++precision={args.precision}", f"++data.train_path={train_path}", "~data.val_path"]
     out += [f"++views.crop_size={args.size}", f"++optimizer.batch_size={args.batch_size}"]
     out += [f"++performance.disable_channel_last={str(not args.channels_last).lower()}"]

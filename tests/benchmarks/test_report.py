@@ -78,7 +78,8 @@ def test_every_benchmark_command_in_the_docs_parses() -> None:
     from benchmarks.__main__ import build_parser
 
     for path in DOCS:
-        for command in re.findall(r"python3 -m benchmarks((?: [^`\n]*)?)", path.read_text()):
+        text = re.sub(r"\\\n\s*", " ", path.read_text())  # shell line continuations
+        for command in re.findall(r"python3 -m benchmarks((?: [^`\n]*)?)", text):
             argv = command.split(" -- ")[0].split()
             try:
                 build_parser().parse_args(argv)
