@@ -83,21 +83,30 @@ ACTIVITY = (
     ("push_ratio", "R (push / pull)"),
     ("argmax_same_class", "hardest negative same class"),
 )
+#: The representation at the end of training, from the diagnostics: record key, column title.
+HEALTH = (
+    ("train_attn_top1_push_share", "top-1 share of the push"),
+    ("train_repr_alignment", "alignment (lower: closer views)"),
+    ("val_repr_z_uniformity", "z uniformity"),
+    ("val_repr_z_eff_rank", "z eff. rank"),
+    ("train_nce_loss", "train loss (nats)"),
+)
 
 
 def activity(run_dir: str) -> Dict[str, float]:
-    """The last epoch's ``train_attn_*`` values of an AttentionNCE run ({} for other runs), with P
-    and K (positives and negatives per anchor). Records before the methods logged P and K give
-    them from the run's config."""
+    """The last epoch's attention (``train_attn_*``, with P and K, the positives and negatives per
+    anchor) and diagnostics of a run. Records before the methods logged P and K give them from
+    the run's config."""
     folder = Path(run_dir or "/nonexistent")
     if not (folder / "record.jsonl").is_file():
         return {}
     records = read_records(folder / "record.jsonl")
     last = next((r for r in reversed(records) if r.get("event") == "epoch"), {})
-    keys = [k for k, _ in ACTIVITY] + ["num_positives", "num_negatives"]
-    found = {k: last.get(f"train_attn_{k}", last.get(f"train_attn_{k}_epoch")) for k in keys}
+    keys = [f"train_attn_{k}" for k, _ in ACTIVITY] + [k for k, _ in HEALTH]
+    keys += ["train_attn_num_positives", "train_attn_num_negatives"]
+    found = {k.replace("train_attn_", ""): last.get(k, last.get(f"{k}_epoch")) for k in keys}
     if found["max_beta"] is None:
-        return {}
+        return {k: v for k, v in found.items() if v is not None}
     if found["num_negatives"] is None:
         from omegaconf import OmegaConf
 
@@ -153,7 +162,8 @@ def aggregate(results: Iterable[Result]) -> List[Line]:
         }
         stats = {a: mean_std(per_seed[a].values()) for a in NUMBERS}
         acts = [activity(r.get("run_dir", "")) for r in ok]
-        for key in [k for k, _ in ACTIVITY] + ["num_positives", "num_negatives"]:
+        keys = [k for k, _ in ACTIVITY] + [k.replace("train_attn_", "") for k, _ in HEALTH]
+        for key in keys + ["num_positives", "num_negatives"]:
             stats[key] = mean_std(a.get(key) for a in acts)
         if stats["max_beta"][0] is not None:  # the max over seeds, as each record's is a max
             stats["max_beta"] = (max(a["max_beta"] for a in acts if "max_beta" in a), None)
@@ -287,6 +297,36 @@ def regime_markdown(lines: Sequence[Line]) -> str:
     )
 
 
+def mechanism_markdown(lines: Sequence[Line]) -> str:
+    """The representation and the push at the end of training of every row with diagnostics."""
+    keys = [k.replace("train_attn_", "") for k, _ in HEALTH]
+    body = [
+        [
+            r.label,
+            ",".join(map(str, r.seeds)),
+            *[fmt(r.stats[k], 3 if k == keys[0] else 2) for k in keys],
+        ]
+        for r in lines
+        if r.seeds and r.stats[keys[1]][0] is not None
+    ]
+    if not body:
+        return ""
+    head = ["method", "seeds", *[t for _, t in HEALTH]]
+    return "\n".join(
+        [
+            "## Mechanism",
+            "",
+            table(head, body),
+            "",
+            "At the last epoch, mean ± std over seeds (each record's `_epoch` value): the largest "
+            "negative's share of an anchor's push, the anchor views' squared distance "
+            "(`train_repr_alignment`, 0 to 4), the uniformity and effective rank of the validation "
+            "projections, and the contrastive loss in nats (n/a: not logged by that form or record).",
+            "",
+        ]
+    )
+
+
 def comparisons(lines: Sequence[Line]) -> List[Tuple[str, Line, Line]]:
     """(question, row a, row b): the preset's questions, then each ablation row against its
     controls (runs.controls), where both rows have records."""
@@ -371,7 +411,7 @@ def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
     lines = aggregate(results)
     md = ["# Benchmark results", "", *[f"- {h}" for h in header], "", "## Summary", ""]
     md += [summary_table(lines), "", "## Runs", "", runs_table(lines), ""]
-    md += [regime_markdown(lines), verdicts_markdown(lines)]
+    md += [regime_markdown(lines), mechanism_markdown(lines), verdicts_markdown(lines)]
     notes = list(NOTES) + [
         f"{'FAILED or skipped' if r['status'] != 'ok' else 'Note'}: {r['key']}: "
         f"{(r.get('error') or '?').strip().splitlines()[-1]}"
