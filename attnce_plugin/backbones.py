@@ -1,13 +1,9 @@
 """The authors' ResNet for 32 px images, as solo-learn backbones (``backbone.name: cifar_resnet50``).
 
-The authors' code (inherited from the HCL/DCL code base) builds ResNet-50 with a 3x3, stride-1,
-padding-1 first convolution, no max-pool and no classification layer, for every dataset: STL-10
-too, whose images it trains at 32 px. solo-learn gives that stem only to ``cifar10`` / ``cifar100``
-(with padding 2), and ResNet's ImageNet stem (7x7, stride 2, max-pool) to STL-10, which at 32 px
-leaves 8x8 feature maps after the stem. The paper configs therefore use these backbones, which
-:func:`attnce_plugin.seam.register` adds to solo-learn's ``BaseMethod._BACKBONES`` (new
-names only). Their names do not start with ``resnet``, so solo-learn's scripts leave the stem as
-built here on every dataset and read the feature size from ``num_features``.
+The authors' code (from HCL/DCL) gives ResNet-50 a 3x3, stride-1, padding-1 stem without max-pool
+on every dataset, STL-10 at 32 px too; solo-learn gives that stem (padding 2) to CIFAR only, and
+STL-10 the ImageNet stem (8x8 maps after it at 32 px). The names do not start with ``resnet``, so
+solo-learn's scripts keep this stem on every dataset and read the size from ``num_features``.
 """
 
 from __future__ import annotations

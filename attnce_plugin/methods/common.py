@@ -54,11 +54,10 @@ class AttentionNCECommon:
 
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: DictConfig) -> DictConfig:
-        """solo-learn's hook for a method's own settings, as SimCLR's (solo/methods/simclr.py:54-71):
-        BaseMethod.__init__ calls it (solo/methods/base.py:179) before main_pretrain.py builds any
-        loader. ``method_kwargs`` is read and checked here, once, and left in ``cfg`` typed by
-        :attr:`KWARGS`; then what else the methods read. Ours before solo-learn's: its MoCo v3
-        hook asserts the same keys without a message (solo/methods/mocov3.py:131-134)."""
+        """solo-learn's hook for a method's settings, as SimCLR's (solo/methods/simclr.py:54-71),
+        called by BaseMethod.__init__ (solo/methods/base.py:179) before main_pretrain.py builds a
+        loader: ``method_kwargs`` read and checked once, left in ``cfg`` typed by :attr:`KWARGS`.
+        Ours first: solo-learn's MoCo v3 hook asserts keys without a message (mocov3.py:131-134)."""
         kwargs = read_method_kwargs(cfg, cls.KWARGS)
         check_crop_roles(cfg, kwargs.loss.value, cls.BASE_LOSS)
         if cls.BASE_LOSS == "simclr":  # the SimCLR form masks negatives by index; MoCo by position
@@ -121,10 +120,9 @@ class AttentionNCECommon:
     def log_attention(
         self, calls: Sequence[Tuple[AttentionWeights, torch.Tensor, torch.Tensor]]
     ) -> None:
-        """Log the attention's activity and where its gradient goes (``train_attn_*``, every
-        ``attention_log_every`` batches, whatever the diagnostics say: it belongs beside every
-        result), from each loss call's weights with the anchors' and candidates' class labels,
-        which feed the ``argmax_same_class`` diagnostic only, never the loss."""
+        """``train_attn_*`` of the loss calls (weights, anchors' and candidates' class labels,
+        which feed ``argmax_same_class`` only), whatever the diagnostics say: they belong beside
+        every result."""
         stats = mean_stats([attention_stats(*call) for call in calls])
         log = self.log  # type: ignore[attr-defined]
         for name, value in stats.items():
@@ -133,17 +131,14 @@ class AttentionNCECommon:
 
     @staticmethod
     def step_output(
-        loss: torch.Tensor,
-        anchor_views: Sequence[torch.Tensor],
-        nce_nats: torch.Tensor,
-        num_negatives: int,
+        loss: torch.Tensor, views: Sequence[torch.Tensor], nats: torch.Tensor, negatives: int
     ) -> Dict[str, Any]:
-        """``training_step``'s return: Lightning hands it to every callback's
-        ``on_train_batch_end`` as ``outputs``, where the diagnostics callback reads, detached,
-        the 2 anchor views, the contrastive loss in nats and the number of negatives K."""
+        """``training_step``'s return, which Lightning hands to every callback's
+        ``on_train_batch_end`` as ``outputs``: beside the loss, detached, what the diagnostics
+        callback reads (the 2 anchor views, the contrastive loss in nats, the K negatives)."""
         return {
             "loss": loss,
-            "anchor_views": [z.detach() for z in anchor_views[:2]],
-            "nce_nats": nce_nats.detach(),
-            "num_negatives": num_negatives,
+            "anchor_views": [z.detach() for z in views[:2]],
+            "nce_nats": nats.detach(),
+            "num_negatives": negatives,
         }
