@@ -176,7 +176,7 @@ def bench(args: argparse.Namespace, command: str) -> int:
         shown = os.path.relpath(out / "runs") if out.is_relative_to(Path.cwd()) else out / "runs"
         note, batch = f"as recorded in {shown}", args.batch_size or PRESETS[args.preset].batch_size
     else:
-        from attnce_plugin.seam import require_solo
+        from attnce_plugin.install import require_solo
 
         require_solo()
         runs = plan(args)

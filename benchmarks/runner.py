@@ -159,7 +159,7 @@ class Prepared:
 
 def prepare(run: Run, budget: Budget, out: Path) -> Prepared:
     """Compose a run's config and command (Hydra errors raise :class:`BenchConfigError`)."""
-    from attnce_plugin.seam import solo_checkout_dir
+    from attnce_plugin.install import solo_checkout_dir
 
     run_dir = out / "runs" / run.key
     config = config_name(run.row.method)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnce_plugin.seam import require_solo
+from attnce_plugin.install import require_solo
 from benchmarks.__main__ import main
 from benchmarks.recorder import read_records
 

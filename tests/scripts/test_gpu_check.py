@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from attnce_plugin.losses import attentionnce_loss_func
-from attnce_plugin.seam import require_solo
+from attnce_plugin.install import require_solo
 
 require_solo()  # loudly: prepare copies solo-learn's checkout
 
