@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import os
 import shlex
 import signal
@@ -27,9 +28,10 @@ import warnings
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-# Third-party deprecations (pkg_resources, timm) are not ours to show: each run's own output,
-# warnings included, goes to its train.log.
+# Third-party deprecations (pkg_resources, timm) and solo-learn's logged warnings are not ours to
+# show: each run's own output, warnings included, goes to its train.log.
 warnings.filterwarnings("ignore")
+logging.getLogger().setLevel(logging.ERROR)
 
 from benchmarks import report, runner  # noqa: E402
 from benchmarks.runs import (  # noqa: E402
