@@ -18,8 +18,9 @@ import sys
 from typing import Any, Callable, Dict
 
 from hydra.experimental.callback import Callback as HydraCallback
+from omegaconf import OmegaConf
 
-# Re-exported: benchmarks/ and scripts/gpu_check.sh import them from here.
+# solo_checkout_dir re-exported: benchmarks/ and scripts/gpu_check.sh import it from here.
 from attnce_plugin.install import require_solo, solo_checkout_dir  # noqa: F401
 from attnce_plugin.settings import num_positives
 
@@ -59,8 +60,6 @@ def wrap_parse_cfg(parse_cfg: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return parse_cfg
 
     def attnce_parse_cfg(cfg: Any) -> Any:
-        from omegaconf import OmegaConf
-
         from attnce_plugin.methods import METHODS
 
         if cfg.get("method") not in METHODS:
