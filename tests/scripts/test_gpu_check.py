@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnce_plugin.losses import attentionnce_loss_func
 from attnce_plugin.install import require_solo
+from attnce_plugin.losses import attentionnce_loss_func
 
 require_solo()  # loudly: prepare copies solo-learn's checkout
 
