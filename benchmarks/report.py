@@ -147,6 +147,16 @@ NUMBERS = (
 )
 
 
+def _provenance(result: Result) -> str:
+    """``plugin version @ commit`` of the code that trained a run; "-" in records from before."""
+    commit = result.get("commit")
+    return (
+        f"{result.get('plugin_version')} @ {commit[:8]}{'-dirty' * commit.endswith('-dirty')}"
+        if commit
+        else "-"
+    )
+
+
 def aggregate(results: Iterable[Result]) -> List[Line]:
     """Results grouped by (comparison, label) in first-seen order: mean ± std over the successful
     seeds of every number, the max peak memory, the attention's activity, the training commits."""
@@ -178,7 +188,7 @@ def aggregate(results: Iterable[Result]) -> List[Line]:
                 sorted({int(r["epochs"]) for r in ok}),
                 stats,
                 per_seed,
-                sorted({r.get("commit") or "before provenance" for r in ok}),
+                sorted({_provenance(r) for r in ok}),
                 [r.get("run_dir", "") for r in ok],
                 row_of(ok[0]) if ok and comparison == "ablation" else None,
             )
@@ -214,7 +224,7 @@ def runs_table(lines: Sequence[Line]) -> str:
     return table(
         head + ["peak mem MiB", "trained by"],
         [
-            b + [fmt(r.stats["peak_mem_mib"], 0), ", ".join(c[:8] for c in r.commits) or "-"]
+            b + [fmt(r.stats["peak_mem_mib"], 0), ", ".join(r.commits) or "-"]
             for b, r in zip(body, lines)
         ],
     )

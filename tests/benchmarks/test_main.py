@@ -21,8 +21,18 @@ pytestmark = pytest.mark.integration  # trains through solo-learn
 def test_smoke_end_to_end_then_reuse_then_the_reference(tmp_path: Path, capsys) -> None:
     require_solo()
     out = tmp_path / "bench_out"
-    argv = ["--preset", "smoke", "--methods", "attentionnce", "--extra-m", "",
-            "--limit-train-batches", "2", "--out", str(out)]  # fmt: skip
+    argv = [
+        "--preset",
+        "smoke",
+        "--methods",
+        "attentionnce",
+        "--extra-m",
+        "",
+        "--limit-train-batches",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
     md = (out / "results.md").read_text()
     assert md in capsys.readouterr().out
@@ -53,7 +63,9 @@ def test_smoke_end_to_end_then_reuse_then_the_reference(tmp_path: Path, capsys) 
 
 
 def test_cli_errors_name_the_problem_before_any_training(tmp_path: Path, capsys) -> None:
-    for argv, message in ((["--set", "no_equals_sign"], "KEY=VALUE"),
-                          (["--methods", "byol"], "allowed values")):  # fmt: skip
+    for argv, message in (
+        (["--set", "no_equals_sign"], "KEY=VALUE"),
+        (["--methods", "byol"], "allowed values"),
+    ):
         assert main([*argv, "--out", str(tmp_path), "--dry-run"]) == 2
         assert message in capsys.readouterr().err

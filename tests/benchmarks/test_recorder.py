@@ -12,8 +12,17 @@ from lightning.pytorch import LightningModule, Trainer
 
 from benchmarks.recorder import RunRecorder, read_records
 
-COMMITTED = (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "reference" / "runs"
-             / "equal-epoch" / "SimCLR" / "seed0" / "record.jsonl")  # fmt: skip
+COMMITTED = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks"
+    / "results"
+    / "reference"
+    / "runs"
+    / "equal-epoch"
+    / "SimCLR"
+    / "seed0"
+    / "record.jsonl"
+)
 
 
 class Tiny(LightningModule):
@@ -39,9 +48,16 @@ def test_a_fit_writes_the_committed_records_keys(tmp_path: Path) -> None:
     data = torch.utils.data.TensorDataset(torch.randn(12, 4))
     loader = torch.utils.data.DataLoader(data, batch_size=4)
     path = tmp_path / "sub" / "record.jsonl"
-    trainer = Trainer(max_epochs=2, callbacks=[RunRecorder(path)], logger=False,
-                      enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu",
-                      enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer = Trainer(
+        max_epochs=2,
+        callbacks=[RunRecorder(path)],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        accelerator="cpu",
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(Tiny(), loader, loader)
     records = read_records(path)
     old = [json.loads(line) for line in COMMITTED.read_text().splitlines()]

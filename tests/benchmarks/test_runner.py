@@ -46,21 +46,32 @@ def test_a_run_differs_from_its_shipped_config_only_where_its_overrides_say(tmp_
     keys = {o.lstrip("+~").split("=")[0] for o in prep.overrides}
     changed = {k for k in shipped.keys() | run.keys() if shipped.get(k) != run.get(k)}
     explained = {k for k in changed if any(k == o or k.startswith(o + ".") for o in keys)}
-    trainer_cpu = {"accelerator", "devices", "strategy", "sync_batchnorm", "precision",
-                   "num_sanity_val_steps"}  # fmt: skip
+    trainer_cpu = {
+        "accelerator",
+        "devices",
+        "strategy",
+        "sync_batchnorm",
+        "precision",
+        "num_sanity_val_steps",
+    }
     rest = {k for k in changed - explained - trainer_cpu if not k.startswith("augmentations")}
     assert rest == set()
     assert run["seed"] == 3 and run["max_epochs"] == 2 and run["accelerator"] == "cpu"
     record = prep.resolved.diagnostics.callbacks.record
-    assert (record._target_, record.path) == ("benchmarks.recorder.RunRecorder",
-                                              str(prep.run_dir / "record.jsonl"))  # fmt: skip
+    assert (record._target_, record.path) == (
+        "benchmarks.recorder.RunRecorder",
+        str(prep.run_dir / "record.jsonl"),
+    )
     assert "+hydra.callbacks.bench.size=32" in prep.command
 
 
 def test_the_baselines_and_controls_compose_to_their_losses(tmp_path):
     b = _budget(tmp_path)
-    for method, loss, positives in (("simclr", "simclr", 0), ("mocov3", "mocov3", 0),
-                                    ("simclr_views", "simclr_all_views", 4)):  # fmt: skip
+    for method, loss, positives in (
+        ("simclr", "simclr", 0),
+        ("mocov3", "mocov3", 0),
+        ("simclr_views", "simclr_all_views", 4),
+    ):
         cfg = runner.prepare(Run(Row(method, positives), 0, 1), b, tmp_path).resolved
         assert cfg.method_kwargs.loss == loss and cfg.views.num_positives == positives
     off = runner.prepare(Run(Row("attentionnce_off", 4), 0, 1), b, tmp_path).resolved
@@ -81,15 +92,17 @@ def test_set_values_come_late_and_only_for_their_method(tmp_path):
 
 @pytest.mark.parametrize("method", ["attentionnce", "mocov3_attentionnce"])
 def test_the_crop_scale_reaches_every_pipeline(tmp_path, method):
-    cfg = runner.prepare(Run(Row(method, 4), 0, 1), _budget(tmp_path, crop_min_scale=0.5),
-                         tmp_path).resolved  # fmt: skip
+    cfg = runner.prepare(
+        Run(Row(method, 4), 0, 1), _budget(tmp_path, crop_min_scale=0.5), tmp_path
+    ).resolved
     assert {p.rrc.crop_min_scale for p in cfg.augmentations} == {0.5}
 
 
 def test_a_bad_override_is_refused_with_hydras_reason(tmp_path):
     with pytest.raises(runner.BenchConfigError, match="pretrain/cifar/attentionnce.yaml"):
-        runner.prepare(Run(Row("attentionnce"), 0, 1), _budget(tmp_path, overrides=["x=["]),
-                       tmp_path)  # fmt: skip
+        runner.prepare(
+            Run(Row("attentionnce"), 0, 1), _budget(tmp_path, overrides=["x=["]), tmp_path
+        )
 
 
 def _finish(out: Path, run: Run, seconds: float, cpu: str = "A") -> None:
