@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def test_every_benchmark_command_in_the_docs_parses() -> None:
     for path in DOCS:
         text = re.sub(r"\\\n\s*", " ", path.read_text())  # shell line continuations
         for command in re.findall(r"python3 -m benchmarks((?: [^`\n]*)?)", text):
-            argv = command.split(" -- ")[0].split()
+            argv = shlex.split(command.split(" -- ")[0])
             try:
                 build_parser().parse_args(argv)
             except SystemExit:
