@@ -376,7 +376,12 @@ def verdicts_markdown(lines: Sequence[Line]) -> str:
             )
         out.append(f"- {question} {a.label} minus {b.label}: {'; '.join(parts)}.")
     count = table(
-        ["comparisons", "paired (2+ common seeds)", "interval excludes 0", "survive Holm"],
+        [
+            "lines (comparison x probe)",
+            "paired (2+ common seeds)",
+            "interval excludes 0",
+            "survive Holm",
+        ],
         [
             [
                 len(flat) + sum(s is None for r in tests for s in r),
