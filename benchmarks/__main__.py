@@ -67,7 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
     add("--batch-size", type=int, help="images per step per device")
     add("--num-train", type=int, help="Fashion-MNIST training images")
     add("--num-val", type=int, help="Fashion-MNIST validation images")
-    add("--limit-train-batches", type=int, help="Lightning's limit_train_batches")
     add("--num-positives", type=int, default=4, help="M of the AttentionNCE rows")
     add("--extra-m", type=_list(int), help="more M rows of attentionnce (default: the preset's)")
     add("--no-time-matched", dest="time_matched", action="store_false", default=None)
@@ -118,24 +117,22 @@ def read_results(out: Path, runs: Sequence[Run]) -> List[runner.Result]:
 
 
 def make_budget(args: argparse.Namespace, out: Path) -> runner.Budget:
+    from benchmarks.data import prepare_fashion_mnist
+
     preset = PRESETS[args.preset]
     sets = list(preset.sets) + list(args.sets)
     for s in sets:
         runner.parse_set(s)  # a bad --set fails before anything trains
-    from benchmarks.data import prepare_fashion_mnist
-
     n_train, n_val = args.num_train or preset.num_train, args.num_val or preset.num_val
     cache = Path(args.data_cache).resolve() if args.data_cache else out / "data"
-    train, val = prepare_fashion_mnist(cache, n_train, n_val, image_size=runner.CROP)
+    data = prepare_fashion_mnist(cache, n_train, n_val, image_size=runner.CROP)
     note = (
         f"Fashion-MNIST (Debian dataset-fashion-mnist): {n_train} training images (class-"
         f"stratified subset of the 60,000), {n_val} validation images (of the 10,000 test "
         f"images), {runner.CROP} px RGB"
     )
     batch = args.batch_size or preset.batch_size
-    return runner.Budget(
-        str(train), str(val), note, batch, args.limit_train_batches, preset.crop_min_scale, sets
-    )
+    return runner.Budget(data, note, batch, preset.crop_min_scale, sets, args.overrides)
 
 
 def machine() -> str:
@@ -183,7 +180,6 @@ def bench(args: argparse.Namespace, command: str) -> int:
         require_solo()
         runs = plan(args)
         budget = make_budget(args, out)
-        budget.overrides = args.overrides
         print(f"benchmarks: {len(runs)} runs; output in {out}", file=sys.stderr)
         keep = args.keep_checkpoints
         results = runner.execute(runs, budget, out, args.offline_probe, args.dry_run, keep)

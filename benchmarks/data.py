@@ -10,19 +10,13 @@ import gzip
 import json
 import os
 import shutil
-import struct
 from pathlib import Path
 from typing import Tuple
 
 import numpy as np
 
 DEFAULT_DIR = Path("/usr/share/datasets/fashion-mnist")  # $FASHION_MNIST_DIR overrides it
-FILES = {
-    ("train", "images"): "train-images-idx3-ubyte.gz",
-    ("train", "labels"): "train-labels-idx1-ubyte.gz",
-    ("test", "images"): "t10k-images-idx3-ubyte.gz",
-    ("test", "labels"): "t10k-labels-idx1-ubyte.gz",
-}
+FILES = {"train": "train-{}-idx{}-ubyte.gz", "test": "t10k-{}-idx{}-ubyte.gz"}
 #: The numeric prefix keeps ImageFolder (which sorts folder names) on the original label ids.
 CLASSES = "tshirt_top trouser pullover dress coat sandal shirt sneaker bag ankle_boot".split()
 CLASS_NAMES = tuple(f"{i}_{name}" for i, name in enumerate(CLASSES))
@@ -30,32 +24,26 @@ CACHE_FORMAT = 1  # bumped when the conversion changes, so that stale caches are
 
 
 def read_idx(path: Path) -> np.ndarray:
-    """An IDX file of unsigned bytes (gzipped or not), in the shape its header gives."""
-    with (gzip.open if str(path).endswith(".gz") else open)(path, "rb") as fh:
-        data = fh.read()
-    # Header: two zero bytes, type code 0x08 (unsigned byte), the number of dimensions, then one
-    # big-endian uint32 per dimension.
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+    """A gzipped IDX file of unsigned bytes, in the shape its header gives: two zero bytes, type
+    code 0x08, the number of dimensions, one big-endian uint32 per dimension, the data."""
+    data = gzip.open(path).read()
+    if data[:3] != b"\0\0\x08":
         raise ValueError(f"{path} is not an IDX file of unsigned bytes")
-    shape = struct.unpack(">" + "I" * data[3], data[4 : 4 + 4 * data[3]])
-    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * data[3])
-    if body.size != int(np.prod(shape)):
-        raise ValueError(f"{path}: header says {shape} but holds {body.size} bytes")
-    return body.reshape(shape)
+    shape = np.frombuffer(data, ">u4", count=data[3], offset=4)
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * data[3]).reshape(shape)
 
 
 def load_fashion_mnist(split: str) -> Tuple[np.ndarray, np.ndarray]:
     """(uint8 images [N, 28, 28], int64 labels [N]) of ``train`` or ``test``."""
     root = Path(os.environ.get("FASHION_MNIST_DIR") or DEFAULT_DIR)
-    missing = [name for name in FILES.values() if not (root / name).is_file()]
-    if missing:
+    images, labels = (root / FILES[split].format(*kind) for kind in (("images", 3), ("labels", 1)))
+    if not (images.is_file() and labels.is_file()):
         raise FileNotFoundError(
-            f"Fashion-MNIST not found: {', '.join(missing)} missing in {root}. Install the Debian/"
-            "Ubuntu package with\n    sudo apt-get install dataset-fashion-mnist\nor point "
-            "FASHION_MNIST_DIR at a folder holding the four original files."
+            f"Fashion-MNIST not found: {images.name} or {labels.name} missing in {root}. Install "
+            "the Debian/Ubuntu package with\n    sudo apt-get install dataset-fashion-mnist\nor "
+            "point FASHION_MNIST_DIR at a folder holding the four original files."
         )
-    images = read_idx(root / FILES[(split, "images")])
-    return images, read_idx(root / FILES[(split, "labels")]).astype(np.int64)
+    return read_idx(images), read_idx(labels).astype(np.int64)
 
 
 def stratified_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -72,9 +60,9 @@ def stratified_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
 
 def prepare_fashion_mnist(
     cache_root: Path, num_train: int, num_val: int, image_size: int = 32, seed: int = 0
-) -> Tuple[Path, Path]:
-    """(train, val) folders of a Fashion-MNIST subset, converted once under ``cache_root``;
-    FileNotFoundError says what to install when the files are missing."""
+) -> Path:
+    """The folder of a Fashion-MNIST subset (``train/`` and ``val/`` in it), converted once under
+    ``cache_root``; FileNotFoundError says what to install when the files are missing."""
     from PIL import Image
 
     name = f"fashion-mnist_{image_size}px_train{num_train}_val{num_val}_seed{seed}"
@@ -83,7 +71,7 @@ def prepare_fashion_mnist(
     expected.update(image_size=image_size, seed=seed)
     try:
         if json.loads((target / "READY.json").read_text()) == expected:
-            return target / "train", target / "val"
+            return target
     except (OSError, json.JSONDecodeError):
         pass
     # Built beside the target and renamed at the end: an interrupted conversion leaves no folder
@@ -104,4 +92,4 @@ def prepare_fashion_mnist(
     (tmp / "READY.json").write_text(json.dumps(expected))
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
-    return target / "train", target / "val"
+    return target

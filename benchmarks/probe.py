@@ -23,6 +23,7 @@ HEALTH_MAX_SAMPLES = 2048  # uniformity is O(n^2)
 
 
 def _method(args_path: Path) -> Tuple[Any, Any]:
+    """The solo-learn method class and parsed config of a run's ``args.json``."""
     from solo.methods import METHODS
 
     from attnce_plugin.seam import register
@@ -35,10 +36,7 @@ def _method(args_path: Path) -> Tuple[Any, Any]:
 def load_pretrained_backbone(ckpt_path: Path) -> nn.Module:
     """The backbone of a checkpoint on the CPU, rebuilt from the ``args.json`` (the parsed config)
     that solo-learn's Checkpointer writes beside it."""
-    args_path = Path(ckpt_path).parent / "args.json"
-    if not args_path.is_file():
-        raise FileNotFoundError(f"{args_path}: solo-learn's args.json is missing")
-    cls, cfg = _method(args_path)
+    cls, cfg = _method(Path(ckpt_path).parent / "args.json")
     model = cls.load_from_checkpoint(str(ckpt_path), strict=False, cfg=cfg, map_location="cpu")
     return model.backbone.eval()
 
@@ -48,13 +46,6 @@ def random_backbone(args_path: Path, seed: int) -> nn.Module:
     cls, cfg = _method(args_path)
     torch.manual_seed(seed)
     return cls(cfg).backbone.eval()
-
-
-class Pixels(nn.Module):
-    """The "raw pixels" reference: the normalised image itself, flattened."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(1)
 
 
 @torch.no_grad()
@@ -146,16 +137,12 @@ def knn_accuracy(
 
 
 def probe_backbone(
-    backbone: nn.Module,
-    train_dir: Path,
-    val_dir: Path,
-    image_size: int,
-    mean: Sequence[float],
-    std: Sequence[float],
+    backbone: nn.Module, data: Path, image_size: int, mean: Sequence[float], std: Sequence[float]
 ) -> Dict[str, float]:
-    """The offline columns of a result: linear probe, kNN and health of frozen features."""
-    tr_x, tr_y = extract_features(backbone.cpu(), train_dir, image_size, mean, std)
-    va_x, va_y = extract_features(backbone, val_dir, image_size, mean, std)
+    """The offline columns of a result: linear probe, kNN and health of frozen features of the
+    images in ``data/train`` and ``data/val``."""
+    tr_x, tr_y = extract_features(backbone.cpu(), data / "train", image_size, mean, std)
+    va_x, va_y = extract_features(backbone, data / "val", image_size, mean, std)
     acc, l2 = linear_probe(tr_x, tr_y, va_x, va_y)
     keep = torch.randperm(len(va_x), generator=torch.Generator().manual_seed(0))
     # random rows (the folders are sorted by class); all of them when they are few

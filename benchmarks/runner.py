@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -26,49 +27,38 @@ from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Row, Run, matched_epochs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 Result = Dict[str, Any]
-
-
-class BenchConfigError(ValueError):
-    """A benchmark setting is unknown or inconsistent (raised before any training)."""
-
-
 #: The embedded data's size: the views' and (benchmarks/hooks.py) the validation images'.
 CROP = 32
 #: Seconds between looks at a training run's record for its progress line.
 PROGRESS_S = 10.0
+#: The machine folders a run's command names besides its output folder, each with the environment
+#: variable its command.sh reads; config.yaml writes ``<name>`` for these and ``<out>``.
+FOLDERS = {"repo": "REPO", "solo-learn": "SOLO_LEARN", "data-cache": "DATA_CACHE"}
 
 
 @dataclass
 class Budget:
-    """What every run shares beyond its row: the data folders, sizes, the ``--set`` values
-    (``[METHOD:]KEY=VALUE``) and the raw overrides after ``--``."""
+    """What every run shares beyond its row: the data (``<data cache>/<subset>/{train,val}``),
+    sizes, the ``--set`` values (``[METHOD:]KEY=VALUE``) and the raw overrides after ``--``."""
 
-    train: str
-    val: str
+    data: Path
     note: str
     batch_size: int
-    limit_train_batches: Optional[int] = None
     crop_min_scale: Optional[float] = None
     sets: Sequence[str] = ()
     overrides: Sequence[str] = ()
 
 
-def parse_set(text: str) -> tuple:
+def parse_set(text: str) -> Tuple[Optional[str], str, str]:
     """(method or None, key, value) of ``--set key=value`` or ``--set method:key=value``."""
     lhs, eq, value = text.partition("=")
     method, _, key = lhs.rpartition(":")
     key = key.strip().lstrip("+")
     if not eq or not key:
-        raise BenchConfigError(f"--set {text!r}: expected KEY=VALUE or METHOD:KEY=VALUE")
+        raise ValueError(f"--set {text!r}: expected KEY=VALUE or METHOD:KEY=VALUE")
     if method and method not in METHODS:
-        raise BenchConfigError(f"--set {text!r}: method {method!r} is not one of {list(METHODS)}")
+        raise ValueError(f"--set {text!r}: method {method!r} is not one of {list(METHODS)}")
     return method or None, key, value.strip()
-
-
-def config_name(method: str) -> str:
-    """The CIFAR family's config: run as ``custom`` data, solo-learn gives it ResNet's ImageNet
-    stem (its CIFAR stem is ~6x slower on a CPU)."""
-    return f"pretrain/cifar/{METHODS[method][1]}.yaml"
 
 
 def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
@@ -76,13 +66,9 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     ``--set`` values, the raw ones. No loader workers: on 2 cores they slow the step more than
     they save."""
     method = run.row.method
-    out = method_overrides(method) + [
-        "++data.dataset=custom",
-        f"++data.train_path={budget.train}",
-        f"++data.val_path={budget.val}",
-        "++data.num_workers=0",
-        f"++views.crop_size={CROP}",
-    ]
+    out = method_overrides(method) + ["++data.dataset=custom"]
+    out += [f"++data.train_path={budget.data / 'train'}", f"++data.val_path={budget.data / 'val'}"]
+    out += ["++data.num_workers=0", f"++views.crop_size={CROP}"]
     scale = budget.crop_min_scale
     if scale is not None:  # solo reads one crop_min_scale per pipeline; the MoCo form has three
         if METHODS[method][1].startswith("mocov3"):
@@ -90,26 +76,14 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
         else:
             out += [f"++augmentations.0.rrc.crop_min_scale={scale}"]
             out += [f"++views.positive_min_scale={scale}"]
-    out.append("trainer=cpu")
     record = "++diagnostics.callbacks.record"
-    out += [
-        f"++name={method}-fashion_mnist-seed{run.seed}",
-        f"++seed={run.seed}",
-        f"++max_epochs={run.epochs}",
-        f"++optimizer.batch_size={budget.batch_size}",
-        "++scheduler.warmup_epochs=1",  # solo's 10 is longer than a CPU budget's whole run
-        "++knn_eval.enabled=True",
-        "++knn_eval.k=20",
-        f"++checkpoint.dir={run_dir / 'ckpt'}",
-        "++checkpoint.keep_prev=False",
-        "++auto_resume.enabled=False",
-        "++enable_progress_bar=False",
-        f"{record}._target_=benchmarks.recorder.RunRecorder",
-        f"{record}.path={run_dir / 'record.jsonl'}",
-    ]
-    if budget.limit_train_batches is not None:
-        out.append(f"++limit_train_batches={budget.limit_train_batches}")
-    out += run.row.overrides
+    out += ["trainer=cpu", f"++name={method}-fashion_mnist-seed{run.seed}", f"++seed={run.seed}"]
+    out += [f"++max_epochs={run.epochs}", f"++optimizer.batch_size={budget.batch_size}"]
+    out += ["++scheduler.warmup_epochs=1"]  # solo's 10 is longer than a CPU budget's whole run
+    out += ["++knn_eval.enabled=True", "++knn_eval.k=20", f"++checkpoint.dir={run_dir / 'ckpt'}"]
+    out += ["++checkpoint.keep_prev=False", "++auto_resume.enabled=False"]
+    out += ["++enable_progress_bar=False", f"{record}._target_=benchmarks.recorder.RunRecorder"]
+    out += [f"{record}.path={run_dir / 'record.jsonl'}", *run.row.overrides]
     own = {f"method_kwargs.{k}" for k, _ in run.row.kwargs}  # a row's settings win over --set
     sets = [parse_set(s) for s in budget.sets]
     out += [f"++{k}={v}" for m, k, v in sets if m in (None, method) and k not in own]
@@ -118,7 +92,7 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
 
 def compose(config: str, overrides: Sequence[str]) -> DictConfig:
     """The shipped config with overrides, resolved, as main_pretrain.py gets it; Hydra's errors
-    as :class:`BenchConfigError`."""
+    as ValueError."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.errors import HydraException
@@ -129,13 +103,14 @@ def compose(config: str, overrides: Sequence[str]) -> DictConfig:
             cfg = hydra_compose(config, overrides=list(overrides))
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as err:
-        raise BenchConfigError(f"{config} with overrides {list(overrides)}: {err}") from err
+        raise ValueError(f"{config} with overrides {list(overrides)}: {err}") from err
     return cfg
 
 
 @dataclass
 class Prepared:
-    """A run ready to launch: its folder, shipped config, overrides, command, resolved config."""
+    """A run ready to launch: its folder, shipped config, overrides, command, resolved config and
+    the machine folders (``FOLDERS``) that they name."""
 
     run: Run
     run_dir: Path
@@ -143,39 +118,58 @@ class Prepared:
     overrides: List[str]
     command: List[str]
     resolved: DictConfig
+    folders: Dict[str, Path]
 
     def write(self) -> None:
-        """``config.yaml`` and ``command.sh`` (runnable by hand, from any folder)."""
+        """``config.yaml`` and ``command.sh``, naming no folder of this machine (a record reads
+        the same wherever it trained): the config writes ``<name>`` for each, the script sets a
+        variable at its top, ``out`` from its own place (``<out>/runs/<key>/``), the others from
+        the environment. The run itself gets the real paths."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        names = {str(path): name for name, path in self.folders.items()}
+        inner_first = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+        found = re.compile(f"({inner_first})(?=[/\\s'\"]|$)")
         head = [f"# {self.config} from attnce_plugin.configs, with these overrides:"]
         head += [f"#   {o}" for o in self.overrides]
-        yaml = OmegaConf.to_yaml(self.resolved)
-        (self.run_dir / "config.yaml").write_text("\n".join(head) + "\n" + yaml)
-        path = f"PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"
-        command = " ".join(map(shlex.quote, self.command))
-        text = f"#!/bin/sh\ncd {shlex.quote(str(self.run_dir))} && {path} {command}\n"
-        (self.run_dir / "command.sh").write_text(text)
+        yaml = "\n".join(head) + "\n" + OmegaConf.to_yaml(self.resolved)
+        (self.run_dir / "config.yaml").write_text(found.sub(lambda m: f"<{names[m[0]]}>", yaml))
+
+        def sh(arg: str) -> str:
+            pieces = found.split(arg)  # the folders at odd places
+            return "".join(
+                f'"${names[p].replace("-", "_")}"' if i % 2 else shlex.quote(p) if p else ""
+                for i, p in enumerate(pieces)
+            )
+
+        script = [
+            "#!/bin/sh",
+            "# Re-run this benchmark run by hand (from any folder), naming this machine's folders:",
+            "#   REPO=<attnce-plugin checkout> SOLO_LEARN=<solo-learn checkout> \\",
+            "#   DATA_CACHE=<Fashion-MNIST cache, default <out>/data> sh command.sh",
+            'out=$(cd "$(dirname "$0")/../../../.." && pwd)',
+            *(f"{n.replace('-', '_')}=${{{var}:?{var} unset}}" for n, var in FOLDERS.items()),
+            f'cd {sh(str(self.run_dir))} && PYTHONPATH="$repo"${{PYTHONPATH:+:$PYTHONPATH}} python3 '
+            + " ".join(map(sh, self.command[1:])),
+        ]
+        (self.run_dir / "command.sh").write_text("\n".join(script) + "\n")
 
 
 def prepare(run: Run, budget: Budget, out: Path) -> Prepared:
-    """Compose a run's config and command (Hydra errors raise :class:`BenchConfigError`)."""
+    """Compose a run's config and command (ValueError names a bad override). The CIFAR family's
+    config: run as ``custom`` data, solo-learn gives it ResNet's ImageNet stem (its CIFAR stem is
+    ~6x slower on a CPU)."""
     from attnce_plugin.install import solo_checkout_dir
 
     run_dir = out / "runs" / run.key
-    config = config_name(run.row.method)
+    config = f"pretrain/cifar/{METHODS[run.row.method][1]}.yaml"
     ovr = overrides(run, budget, run_dir)
-    command = [
-        sys.executable,
-        str(solo_checkout_dir() / "main_pretrain.py"),
-        "--config-path",
-        "pkg://attnce_plugin.configs",
-        "--config-name",
-        config,
-        *ovr,
-    ]
+    solo = solo_checkout_dir()
+    command = [sys.executable, str(solo / "main_pretrain.py"), "--config-path"]
+    command += ["pkg://attnce_plugin.configs", "--config-name", config, *ovr]
     hook = "+hydra.callbacks.bench"  # else solo validates custom data at 224 px
     command += [f"{hook}._target_=benchmarks.hooks.ValidateAtTrainSize", f"{hook}.size={CROP}"]
-    return Prepared(run, run_dir, config, ovr, command, compose(config, ovr))
+    folders = {"out": out, "repo": REPO_ROOT, "solo-learn": solo, "data-cache": budget.data.parent}
+    return Prepared(run, run_dir, config, ovr, command, compose(config, ovr), folders)
 
 
 def cpu_name() -> str:
@@ -213,31 +207,19 @@ def provenance() -> Dict[str, str]:
 
 
 def new_result(run: Run, **fields: Any) -> Result:
-    row = run.row
-    known = dict(
-        key=run.key,
-        label=row.label,
-        method=row.method,
-        comparison=row.comparison,
-        seed=run.seed,
-        epochs=run.epochs,
-        status="ok",
-        error="",
-        epochs_done=0,
-        matched_to=row.time_of.label if row.time_of else None,
-        wall_seconds=0.0,
-        settings=list(row.overrides),
-        run_dir="",
-        cpu="",
-    )
-    return {**dict.fromkeys(FIELDS), **known, **fields}
+    row, result = run.row, dict.fromkeys(FIELDS)
+    result.update(key=run.key, label=row.label, method=row.method, comparison=row.comparison)
+    result.update(seed=run.seed, epochs=run.epochs, status="ok", error="", epochs_done=0)
+    result.update(matched_to=row.time_of.label if row.time_of else None, wall_seconds=0.0)
+    result.update(settings=list(row.overrides), run_dir="", cpu="")
+    return {**result, **fields}
 
 
 def launch(prep: Prepared) -> Result:
-    """Train one run, then read its timings, online accuracies and peak memory from its record
-    (the runner only waits: nothing polls the record while it grows)."""
-    for stale in ("record.jsonl", "result.json"):
-        (prep.run_dir / stale).unlink(missing_ok=True)
+    """Train one run, then read its timings, online accuracies and peak memory from its record."""
+    record = prep.run_dir / "record.jsonl"
+    for stale in (record, prep.run_dir / "result.json"):
+        stale.unlink(missing_ok=True)
     shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
     prep.write()
     result = new_result(prep.run, run_dir=str(prep.run_dir), cpu=cpu_name(), **provenance())
@@ -251,24 +233,19 @@ def launch(prep: Prepared) -> Result:
             prep.command, cwd=prep.run_dir, stdout=log, stderr=subprocess.STDOUT, env=env
         )
         try:
-            code = wait_showing_epochs(proc, prep.run_dir / "record.jsonl", prep.run.epochs)
+            code = wait_showing_epochs(proc, record, prep.run.epochs)
         finally:  # Ctrl-C or SIGTERM: the training stops too
             if proc.poll() is None:
                 proc.kill()
     result["wall_seconds"] = time.perf_counter() - start
-    record = prep.run_dir / "record.jsonl"
     epochs = read_records(record, "epoch") if record.is_file() else []
     result["epochs_done"] = len(epochs)
     if epochs:
         seconds = sum(float(r["train_seconds"]) for r in epochs)
-        last, peak = epochs[-1], max(float(r.get("peak_rss_mib") or 0) for r in epochs)
-        result.update(
-            train_seconds=seconds,
-            seconds_per_epoch=seconds / len(epochs),
-            knn_acc1=last.get("val_knn_acc1"),
-            linear_acc1=last.get("val_acc1"),
-            peak_mem_mib=peak or None,
-        )
+        peak = max(float(r.get("peak_rss_mib") or 0) for r in epochs)
+        result.update(train_seconds=seconds, seconds_per_epoch=seconds / len(epochs))
+        result.update(knn_acc1=epochs[-1].get("val_knn_acc1"), peak_mem_mib=peak or None)
+        result.update(linear_acc1=epochs[-1].get("val_acc1"))
     if code != 0:
         tail = (prep.run_dir / "train.log").read_text(errors="replace").splitlines()[-15:]
         result.update(status="failed", error=f"exit {code}:\n" + "\n".join(tail))
@@ -281,21 +258,21 @@ def wait_showing_epochs(proc: subprocess.Popen, record: Path, epochs: int) -> in
     """Wait for the training process, showing its finished epochs and the time left on one
     updating line: the record is read when the process has run another ``PROGRESS_S`` seconds, not
     polled in a loop."""
-    shown, tty = -1, sys.stderr.isatty()
+    shown, tty = 0, sys.stderr.isatty()
     while True:
         try:
-            code = proc.wait(timeout=PROGRESS_S)
+            code: Optional[int] = proc.wait(timeout=PROGRESS_S)
         except subprocess.TimeoutExpired:
             code = None
         done = read_records(record, "epoch") if record.is_file() else []
-        if len(done) != shown and done:
-            shown = len(done)
-            per_epoch = float(done[-1]["elapsed_seconds"]) / shown
+        if len(done) != shown:
+            shown, per_epoch = len(done), float(done[-1]["elapsed_seconds"]) / len(done)
             left = (epochs - shown) * per_epoch / 60
             line = f"    epoch {shown}/{epochs}, {per_epoch:.0f} s/epoch, ~{left:.0f} min left"
             print(("\r" if tty else "") + line, end="" if tty else "\n", file=sys.stderr)
         if code is not None:
-            print("", file=sys.stderr) if tty and shown > 0 else None
+            if tty and shown:
+                print(file=sys.stderr)  # ends the updating line
             return code
 
 
@@ -320,7 +297,7 @@ def probe_into(result: Result, backbone: Callable[[], Any], budget: Budget, cfg:
 
     try:
         settings = probe_settings(OmegaConf.to_container(cfg, resolve=True))
-        result.update(probe_backbone(backbone(), Path(budget.train), Path(budget.val), **settings))
+        result.update(probe_backbone(backbone(), budget.data, **settings))
     except Exception as err:  # a probe failure must not lose the pretraining result
         result["error"] = f"offline probe failed: {type(err).__name__}: {err}"
 
@@ -331,9 +308,9 @@ def equal_time_epochs(run: Run, results: Sequence[Result], out: Path) -> Union[i
     assert run.row.time_of is not None
     found: List[Dict[int, Result]] = []
     for row in (Row(run.row.method), run.row.time_of):
-        folder = out / "runs" / Path(Run(row, 0, 0).key).parent
-        prior = [load_result(p.parent) for p in folder.glob("seed*/result.json")]
-        now = [r for r in results if r["key"].startswith(f"{folder.relative_to(out / 'runs')}/")]
+        folder = Path(Run(row, 0, 0).key).parent
+        prior = [load_result(p.parent) for p in (out / "runs" / folder).glob("seed*/result.json")]
+        now = [r for r in results if Path(r["key"]).parent == folder]
         found.append({int(r["seed"]): r for r in prior + now if r and r["status"] == "ok"})
     seeds = sorted(set(found[0]) & set(found[1]))
     if not seeds:
@@ -347,6 +324,25 @@ def equal_time_epochs(run: Run, results: Sequence[Result], out: Path) -> Union[i
     return matched_epochs(int(b["epochs"]), b["seconds_per_epoch"], t["seconds_per_epoch"])
 
 
+def train_and_probe(prep: Prepared, budget: Budget, probe: bool, keep_checkpoints: bool) -> Result:
+    """Launch a run, keep solo-learn's parsed config (``args.json``: the untrained reference rows
+    are built from it), probe its last checkpoint, save its result."""
+    from benchmarks.probe import load_pretrained_backbone
+
+    result = launch(prep)
+    ckpts = sorted((prep.run_dir / "ckpt").rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if ckpts and (ckpts[-1].parent / "args.json").is_file():
+        shutil.copy(ckpts[-1].parent / "args.json", prep.run_dir / "args.json")
+    if result["status"] == "ok" and probe and not ckpts:
+        result["error"] = "offline probe skipped: no checkpoint"
+    elif result["status"] == "ok" and probe:
+        probe_into(result, lambda: load_pretrained_backbone(ckpts[-1]), budget, prep.resolved)
+    if not keep_checkpoints:
+        shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
+    save_result(result)
+    return result
+
+
 def execute(
     runs: Sequence[Run],
     budget: Budget,
@@ -357,8 +353,6 @@ def execute(
 ) -> List[Result]:
     """Train (or reuse) and probe every run, in order; every config is composed before the first
     run starts, so that a bad override fails at once."""
-    from benchmarks.probe import load_pretrained_backbone
-
     prepared = {r.key: prepare(r, budget, out) for r in runs if r.epochs}
     results: List[Result] = []
     for i, run in enumerate(runs, 1):
@@ -380,26 +374,10 @@ def execute(
             prep.write()
             continue
         print(f"{what}, {run.epochs} epochs: training, log in {prep.run_dir}", file=sys.stderr)
-        result = launch(prep)
-        ckpts = sorted((prep.run_dir / "ckpt").rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-        if ckpts and (ckpts[-1].parent / "args.json").is_file():
-            # solo-learn's parsed config: the untrained reference rows are built from it.
-            shutil.copy(ckpts[-1].parent / "args.json", prep.run_dir / "args.json")
-        if result["status"] == "ok" and probe:
-            if not ckpts:
-                result["error"] = "offline probe skipped: no checkpoint"
-            else:
-                backbone = lambda: load_pretrained_backbone(ckpts[-1])  # noqa: E731
-                probe_into(result, backbone, budget, prep.resolved)
-        if not keep_checkpoints:
-            shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
-        save_result(result)
-        results.append(result)
-        print(
-            f"{what}: {result['status']}, {result['seconds_per_epoch'] or 0:.1f} s/epoch; "
-            f"{result['error']}",
-            file=sys.stderr,
-        )
+        results.append(train_and_probe(prep, budget, probe, keep_checkpoints))
+        r = results[-1]
+        speed = f"{r['seconds_per_epoch'] or 0:.1f} s/epoch"
+        print(f"{what}: {r['status']}, {speed}; {r['error']}", file=sys.stderr)
     return results
 
 
@@ -407,7 +385,9 @@ def reference_results(results: Sequence[Result], budget: Budget, out: Path) -> L
     """The untrained backbone (one per seed) and the raw pixels, probed on the same images, the
     backbone rebuilt from a trained run's ``args.json``; records under ``<out>/runs/reference/``,
     reused when there."""
-    from benchmarks.probe import Pixels, random_backbone
+    import torch
+
+    from benchmarks.probe import random_backbone
 
     sources = [Path(r["run_dir"], "args.json") for r in results if r["status"] == "ok"]
     args_json = next((p for p in sources if p.is_file()), None)
@@ -423,8 +403,8 @@ def reference_results(results: Sequence[Result], budget: Budget, out: Path) -> L
             ref["run_dir"] = str(out / "runs" / ref["key"])
             prior = load_result(Path(ref["run_dir"]))
             if prior is None:
-                make = lambda s=seed: random_backbone(args_json, s)  # noqa: E731
-                probe_into(ref, make if key == "random-init" else Pixels, budget, cfg)
+                untrained = lambda s=seed: random_backbone(args_json, s)  # noqa: E731
+                probe_into(ref, untrained if label == UNTRAINED else torch.nn.Flatten, budget, cfg)
                 ref["status"] = "ok" if ref["offline_acc1"] is not None else "failed"
                 Path(ref["run_dir"]).mkdir(parents=True, exist_ok=True)
                 save_result(ref)

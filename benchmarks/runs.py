@@ -1,11 +1,12 @@
 """The run table: each method a shipped config plus overrides, each table row typed once as a
 :class:`Row`, the presets, the run lists (equal epochs, the ablation rows, equal time) built from
-them, and what each ablation row is compared with. A run is one call of solo-learn's ``main_pretrain.py``: one row, one seed, one epoch count.
-"""
+them, and what each ablation row is compared with. A run is one call of solo-learn's
+``main_pretrain.py``: one row, one seed, one epoch count."""
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -83,9 +84,16 @@ class Run:
     epochs: int
 
     @property
-    def key(self) -> str:  # its folder under <out>/runs/
-        safe = "-".join("".join(c if c.isalnum() else " " for c in self.row.label).split())
+    def key(self) -> str:
+        """Its folder under ``<out>/runs/``: the label's words joined by "-", so a number's sign
+        is spelled out (1e+06: 1e-p06, 1e-06: 1e-m06, -1: m1) lest 1e+06 read as 1e-06."""
+        label = SIGN.sub(lambda s: " p" if s[0] == "+" else " m", self.row.label)
+        safe = "-".join("".join(c if c.isalnum() else " " for c in label).split())
         return f"{self.row.comparison}/{safe}/seed{self.seed}"
+
+
+#: A sign in a label's number: an exponent's, or a value's after "=".
+SIGN = re.compile(r"(?:(?<=\de)|(?<==))[+-](?=\d)")
 
 
 #: The reference preset's rows and its four questions (row a minus row b).

@@ -37,9 +37,10 @@ def test_read_idx_round_trip_and_garbage(tmp_path: Path) -> None:
     array = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
     _write_idx(tmp_path / "x.gz", array)
     np.testing.assert_array_equal(data.read_idx(tmp_path / "x.gz"), array)
-    (tmp_path / "bad").write_bytes(b"\x01\x02\x08\x01\x00\x00\x00\x01\x00")
+    with gzip.open(tmp_path / "bad.gz", "wb") as fh:
+        fh.write(b"\x01\x02\x08\x01\x00\x00\x00\x01\x00")
     with pytest.raises(ValueError, match="not an IDX file"):
-        data.read_idx(tmp_path / "bad")
+        data.read_idx(tmp_path / "bad.gz")
 
 
 def test_stratified_subset_balances_classes_reproducibly() -> None:
@@ -52,17 +53,17 @@ def test_stratified_subset_balances_classes_reproducibly() -> None:
 
 
 def test_conversion_writes_labelled_rgb_32px_folders_once(fake: Path, tmp_path: Path) -> None:
-    splits = data.prepare_fashion_mnist(tmp_path / "cache", 20, 10)
-    assert splits[0].parent.name == "fashion-mnist_32px_train20_val10_seed0"  # existing caches
-    assert sorted(p.name for p in splits[0].iterdir()) == sorted(data.CLASS_NAMES)
-    train = list(splits[0].rglob("*.png"))
-    assert len(train) == 20 and len(list(splits[1].rglob("*.png"))) == 10
+    folder = data.prepare_fashion_mnist(tmp_path / "cache", 20, 10)
+    assert folder.name == "fashion-mnist_32px_train20_val10_seed0"  # existing caches
+    assert sorted(p.name for p in (folder / "train").iterdir()) == sorted(data.CLASS_NAMES)
+    train = list((folder / "train").rglob("*.png"))
+    assert len(train) == 20 and len(list((folder / "val").rglob("*.png"))) == 10
     for f in train:  # folder = label: class k is pixel value 20k (a constant image resizes so)
         img = Image.open(f)
         assert img.size == (32, 32) and img.mode == "RGB"
         assert np.asarray(img)[16, 16].tolist() == [20 * data.CLASS_NAMES.index(f.parent.name)] * 3
     stamp = train[0].stat().st_mtime_ns
-    assert data.prepare_fashion_mnist(tmp_path / "cache", 20, 10) == splits
+    assert data.prepare_fashion_mnist(tmp_path / "cache", 20, 10) == folder
     assert train[0].stat().st_mtime_ns == stamp  # reused, not rewritten
 
 

@@ -21,18 +21,8 @@ pytestmark = pytest.mark.integration  # trains through solo-learn
 def test_smoke_end_to_end_then_reuse_then_the_reference(tmp_path: Path, capsys) -> None:
     require_solo()
     out = tmp_path / "bench_out"
-    argv = [
-        "--preset",
-        "smoke",
-        "--methods",
-        "attentionnce",
-        "--extra-m",
-        "",
-        "--limit-train-batches",
-        "2",
-        "--out",
-        str(out),
-    ]
+    argv = ["--preset", "smoke", "--methods", "attentionnce", "--extra-m", "", "--out", str(out)]
+    argv += ["--", "++limit_train_batches=2"]  # raw Hydra overrides reach every run
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
     md = (out / "results.md").read_text()
     assert md in capsys.readouterr().out

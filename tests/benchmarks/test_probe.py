@@ -77,8 +77,3 @@ def test_linear_probe_separates_separable_classes_with_a_stratified_holdout() ->
     fit, hold = probe.holdout_split(y[:150], 0.2, seed=0)
     assert sorted(fit.tolist() + hold.tolist()) == list(range(150))
     assert torch.bincount(y[hold], minlength=4).tolist() == [8, 8, 7, 7]  # 20 % of 38, 38, 37, 37
-
-
-def test_pixels_are_the_images_themselves() -> None:
-    x = torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).view(2, 3, 4, 4)
-    assert torch.equal(probe.Pixels()(x), x.view(2, -1))

@@ -1,11 +1,12 @@
 """The runner (benchmarks/runner.py): each run is a shipped config that differs only where its
-visible overrides say, with the run recorder attached through ``diagnostics.callbacks``; finished
-runs are reused; equal-time epochs come from timings on one CPU. Composes configs; trains nothing.
-"""
+visible overrides say, with the run recorder attached through ``diagnostics.callbacks``; its
+record names no machine's folder; finished runs are reused; equal-time epochs come from timings
+on one CPU. Composes configs; trains nothing."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ require_solo()  # loudly: prepare() names solo-learn's main_pretrain.py
 
 
 def _budget(tmp_path: Path, *sets: str, **kw) -> runner.Budget:
-    return runner.Budget(str(tmp_path / "train"), str(tmp_path / "val"), "", 8, sets=sets, **kw)
+    return runner.Budget(tmp_path / "data" / "subset", "", 8, sets=sets, **kw)
 
 
 def _flat(cfg) -> dict:
@@ -31,7 +32,7 @@ def _flat(cfg) -> dict:
         else:
             yield prefix[:-1], node
 
-    return dict(walk(OmegaConf.to_container(cfg)))
+    return dict(walk(OmegaConf.to_container(cfg, resolve=True)))
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -39,30 +40,45 @@ def test_a_run_differs_from_its_shipped_config_only_where_its_overrides_say(tmp_
     prep = runner.prepare(Run(Row(method, 4), 3, 2), _budget(tmp_path), tmp_path)
     assert prep.config == f"pretrain/cifar/{METHODS[method][1]}.yaml"
     with initialize_config_module("attnce_plugin.configs", version_base="1.2"):
-        shipped = _flat(
-            OmegaConf.create(OmegaConf.to_container(compose(prep.config), resolve=True))
-        )
+        shipped = _flat(compose(prep.config))
     run = _flat(prep.resolved)
     keys = {o.lstrip("+~").split("=")[0] for o in prep.overrides}
     changed = {k for k in shipped.keys() | run.keys() if shipped.get(k) != run.get(k)}
     explained = {k for k in changed if any(k == o or k.startswith(o + ".") for o in keys)}
-    trainer_cpu = {
-        "accelerator",
-        "devices",
-        "strategy",
-        "sync_batchnorm",
-        "precision",
-        "num_sanity_val_steps",
-    }
-    rest = {k for k in changed - explained - trainer_cpu if not k.startswith("augmentations")}
-    assert rest == set()
+    trainer_cpu = "accelerator devices strategy sync_batchnorm precision num_sanity_val_steps"
+    rest = {k for k in changed - explained - set(trainer_cpu.split())}
+    assert {k for k in rest if not k.startswith("augmentations")} == set()
     assert run["seed"] == 3 and run["max_epochs"] == 2 and run["accelerator"] == "cpu"
     record = prep.resolved.diagnostics.callbacks.record
-    assert (record._target_, record.path) == (
-        "benchmarks.recorder.RunRecorder",
-        str(prep.run_dir / "record.jsonl"),
-    )
+    assert record._target_ == "benchmarks.recorder.RunRecorder"
+    assert record.path == str(prep.run_dir / "record.jsonl")
     assert "+hydra.callbacks.bench.size=32" in prep.command
+
+
+def test_the_record_names_no_machine_folder_and_its_script_runs_anywhere(tmp_path):
+    out = tmp_path / "out dir"  # a space: the script quotes its folders
+    prep = runner.prepare(Run(Row("attentionnce", 4), 0, 1), _budget(out), out)
+    prep.write()
+    script, cfg = (prep.run_dir / "command.sh").read_text(), prep.run_dir / "config.yaml"
+    for text in (script, cfg.read_text()):
+        assert str(tmp_path) not in text and str(runner.REPO_ROOT) not in text
+    assert "++data.train_path=<data-cache>/subset/train" in cfg.read_text()
+    assert "  dir: <out>/runs/equal-epoch/AttentionNCE-M-4/seed0/ckpt\n" in cfg.read_text()
+    assert OmegaConf.load(cfg).views.num_positives == 4  # the report reads it back
+    # the script, moved with its folder and run with echo for python3, names the real folders
+    moved = tmp_path / "moved"
+    (prep.run_dir.parents[3]).rename(moved)
+    folders = dict(REPO="/r", SOLO_LEARN="/s", DATA_CACHE="/d", PATH="/usr/bin:/bin")
+    body = script.replace(" python3 ", " echo ")
+    done = subprocess.run(
+        ["sh", "-c", body, str(moved / "runs" / prep.run.key / "command.sh")],
+        env=folders,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "/s/main_pretrain.py" in done.stdout and "++data.val_path=/d/subset/val" in done.stdout
+    assert f"++checkpoint.dir={moved}/runs/{prep.run.key}/ckpt" in done.stdout
 
 
 def test_the_baselines_and_controls_compose_to_their_losses(tmp_path):
@@ -86,23 +102,17 @@ def test_set_values_come_late_and_only_for_their_method(tmp_path):
     assert att.resolved.method_kwargs.d_neg == 1 and sim.resolved.method_kwargs.d_neg == 10
     assert att.overrides[-1] == "++method_kwargs.d_neg=1"
     for bad in ("no_equals", "=1", "byol:optimizer.lr=1"):
-        with pytest.raises(runner.BenchConfigError, match="--set"):
+        with pytest.raises(ValueError, match="--set"):
             runner.parse_set(bad)
 
 
 @pytest.mark.parametrize("method", ["attentionnce", "mocov3_attentionnce"])
-def test_the_crop_scale_reaches_every_pipeline(tmp_path, method):
-    cfg = runner.prepare(
-        Run(Row(method, 4), 0, 1), _budget(tmp_path, crop_min_scale=0.5), tmp_path
-    ).resolved
+def test_the_crop_scale_reaches_every_pipeline_and_bad_overrides_are_refused(tmp_path, method):
+    run = Run(Row(method, 4), 0, 1)
+    cfg = runner.prepare(run, _budget(tmp_path, crop_min_scale=0.5), tmp_path).resolved
     assert {p.rrc.crop_min_scale for p in cfg.augmentations} == {0.5}
-
-
-def test_a_bad_override_is_refused_with_hydras_reason(tmp_path):
-    with pytest.raises(runner.BenchConfigError, match="pretrain/cifar/attentionnce.yaml"):
-        runner.prepare(
-            Run(Row("attentionnce"), 0, 1), _budget(tmp_path, overrides=["x=["]), tmp_path
-        )
+    with pytest.raises(ValueError, match=f"pretrain/cifar/{METHODS[method][1]}.yaml"):
+        runner.prepare(run, _budget(tmp_path, overrides=["x=["]), tmp_path)
 
 
 def _finish(out: Path, run: Run, seconds: float, cpu: str = "A") -> None:
@@ -125,19 +135,14 @@ def test_finished_runs_are_reused_and_time_matched_from_their_lowest_seed(tmp_pa
     assert runner.equal_time_epochs(timed, [], tmp_path) == 25
 
 
-def test_no_time_match_across_two_cpus(tmp_path):
+def test_no_time_match_across_two_cpus_and_a_failed_record_is_trained_again(tmp_path):
     _finish(tmp_path, Run(Row("mocov3"), 0, 29), 10.0, "A")
     _finish(tmp_path, Run(Row("mocov3_attentionnce", 4), 0, 29), 15.0, "B")
     timed = Run(Row("mocov3", comparison="equal-time", time_of=Row("mocov3_attentionnce", 4)), 0, 0)
     assert "their seconds do not compare" in str(runner.equal_time_epochs(timed, [], tmp_path))
-    data = json.loads((tmp_path / "runs" / "equal-epoch/MoCo-v3/seed0/result.json").read_text())
+    path = tmp_path / "runs" / "equal-epoch/MoCo-v3/seed0/result.json"
+    data = json.loads(path.read_text())
     assert data["cpu"] == "A" and data["run_dir"] == ""  # a record names no machine's path
-
-
-def test_a_failed_record_is_trained_again(tmp_path):
-    run = Run(Row("simclr"), 0, 1)
-    _finish(tmp_path, run, 1.0)
-    path = tmp_path / "runs" / run.key / "result.json"
     assert runner.load_result(path.parent)["run_dir"] == str(path.parent)
-    path.write_text(json.dumps(dict(json.loads(path.read_text()), status="failed")))
+    path.write_text(json.dumps(dict(data, status="failed")))
     assert runner.load_result(path.parent) is None

@@ -74,6 +74,9 @@ def test_ablation_rows_are_labelled_and_filed_as_the_old_harness_did() -> None:
         ),
     ]
     assert runs[0].row == Row("attentionnce", 4) and len(runs) == 4
+    # a number's sign is spelled out: 1e+06 and 1e-06 file apart
+    keys = [Run(parse_row(f"d_neg={v}", 4), 0, 1).key.split("/")[1] for v in (1e6, 1e-6, -1)]
+    assert keys == [f"AttentionNCE-M-4-d-neg-{v}" for v in ("1e-p06", "1e-m06", "m1")]
 
 
 def test_runs_go_seed_by_seed_with_the_equal_time_rows_last() -> None:
