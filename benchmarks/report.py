@@ -27,6 +27,15 @@ def table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(map(str, cells)) + " |" for cells in rows])
 
 
+def section(title: str, *blocks: str) -> str:
+    """A ``## title`` section of markdown blocks, each followed by an empty line."""
+    return "\n".join([f"## {title}", ""] + [x for block in blocks for x in (block, "")])
+
+
+def _joined(values: Iterable[Any]) -> str:
+    return ",".join(map(str, values))
+
+
 def mean_std(values: Iterable[Optional[float]]) -> MeanStd:
     """Mean and sample std (ddof 1) of the finite values given."""
     vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
@@ -42,17 +51,11 @@ def fmt(pair: MeanStd, digits: int = 1) -> str:
     return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
-def t975(df: int) -> float:
-    from scipy.stats import t  # solo-learn's own requirement
-
-    return float(t.ppf(0.975, df))
-
-
 def paired(a: Dict[int, float], b: Dict[int, float]) -> Optional[Dict[str, float]]:
     """Per-seed differences a - b over the seeds both have: n, their mean and sample std, the
     paired t = mean / (std / sqrt n), its two-sided p, and the 95 % half-width t_0.975,n-1 * std /
     sqrt n. None under 2 common seeds."""
-    from scipy.stats import t as student
+    from scipy.stats import t as student  # solo-learn's own requirement
 
     diffs = [a[s] - b[s] for s in sorted(set(a) & set(b))]
     if len(diffs) < 2:
@@ -60,8 +63,8 @@ def paired(a: Dict[int, float], b: Dict[int, float]) -> Optional[Dict[str, float
     n, mean, std = len(diffs), statistics.fmean(diffs), statistics.stdev(diffs)
     se = std / math.sqrt(n)
     t = mean / se if se > 0 else math.copysign(math.inf, mean) if mean else 0.0
-    p = float(2 * student.sf(abs(t), n - 1))
-    return {"n": n, "mean": mean, "std": std, "t": t, "p": p, "half": t975(n - 1) * se}
+    p, half = float(2 * student.sf(abs(t), n - 1)), float(student.ppf(0.975, n - 1)) * se
+    return {"n": n, "mean": mean, "std": std, "t": t, "p": p, "half": half}
 
 
 def holm(pvalues: Sequence[float], alpha: float = ALPHA) -> List[bool]:
@@ -136,25 +139,17 @@ class Line:
 
 PROBES = (("offline_acc1", "linear"), ("offline_knn_acc1", "kNN"))
 NUMBERS = (
-    "knn_acc1",
-    "linear_acc1",
-    "offline_knn_acc1",
-    "offline_acc1",
-    "offline_uniformity",
-    "offline_eff_rank",
-    "seconds_per_epoch",
-    "train_seconds",
-)
+    "knn_acc1 linear_acc1 offline_knn_acc1 offline_acc1 offline_uniformity offline_eff_rank "
+    "seconds_per_epoch train_seconds"
+).split()
 
 
 def _provenance(result: Result) -> str:
     """``plugin version @ commit`` of the code that trained a run; "-" in records from before."""
     commit = result.get("commit")
-    return (
-        f"{result.get('plugin_version')} @ {commit[:8]}{'-dirty' * commit.endswith('-dirty')}"
-        if commit
-        else "-"
-    )
+    if not commit:
+        return "-"
+    return f"{result.get('plugin_version')} @ {commit[:8]}{'-dirty' * commit.endswith('-dirty')}"
 
 
 def aggregate(results: Iterable[Result]) -> List[Line]:
@@ -179,26 +174,19 @@ def aggregate(results: Iterable[Result]) -> List[Line]:
             stats["max_beta"] = (max(a["max_beta"] for a in acts if "max_beta" in a), None)
         mems = [r["peak_mem_mib"] for r in ok if r.get("peak_mem_mib") is not None]
         stats["peak_mem_mib"] = (max(mems) if mems else None, None)
+        failed = [int(r["seed"]) for r in runs if r["status"] != "ok"]
+        epochs, dirs = sorted({int(r["epochs"]) for r in ok}), [r.get("run_dir", "") for r in ok]
+        commits = sorted({_provenance(r) for r in ok})
+        row = row_of(ok[0]) if ok and comparison == "ablation" else None
         lines.append(
-            Line(
-                comparison,
-                label,
-                seeds,
-                [int(r["seed"]) for r in runs if r["status"] != "ok"],
-                sorted({int(r["epochs"]) for r in ok}),
-                stats,
-                per_seed,
-                sorted({_provenance(r) for r in ok}),
-                [r.get("run_dir", "") for r in ok],
-                row_of(ok[0]) if ok and comparison == "ablation" else None,
-            )
+            Line(comparison, label, seeds, failed, epochs, stats, per_seed, commits, dirs, row)
         )
     return lines
 
 
 def _seeds(line: Line) -> str:
     failed = f" (failed: {','.join(map(str, line.failed))})" if line.failed else ""
-    return (",".join(map(str, line.seeds)) or "-") + failed
+    return (_joined(line.seeds) or "-") + failed
 
 
 def _activity_cells(line: Line) -> List[str]:
@@ -214,20 +202,15 @@ def _activity_cells(line: Line) -> List[str]:
 def runs_table(lines: Sequence[Line]) -> str:
     head = ["method", "comparison", "epochs", "seeds", "online kNN", "online linear"]
     head += ["offline kNN", "offline linear", "uniformity", "eff. rank", "s / epoch", "train s"]
+    head += ["peak mem MiB", "trained by"]
     body = []
     for r in lines:
         cells = [fmt(r.stats[a], 2 if a == "offline_uniformity" else 1) for a in NUMBERS[:6]]
-        cells += [fmt((r.stats[a][0], None), d) for a, d in (("seconds_per_epoch", 1),)]
-        cells += [fmt((r.stats["train_seconds"][0], None), 0)]
-        epochs = ",".join(map(str, r.epochs)) or "-"
-        body.append([r.label, r.comparison, epochs, _seeds(r), *cells])
-    return table(
-        head + ["peak mem MiB", "trained by"],
-        [
-            b + [fmt(r.stats["peak_mem_mib"], 0), ", ".join(r.commits) or "-"]
-            for b, r in zip(body, lines)
-        ],
-    )
+        cells += [fmt((r.stats["seconds_per_epoch"][0], None), 1)]
+        cells += [fmt((r.stats["train_seconds"][0], None), 0), fmt(r.stats["peak_mem_mib"], 0)]
+        body.append([r.label, r.comparison, _joined(r.epochs) or "-", _seeds(r), *cells])
+        body[-1].append(", ".join(r.commits) or "-")
+    return table(head, body)
 
 
 def summary_table(lines: Sequence[Line]) -> str:
@@ -236,11 +219,8 @@ def summary_table(lines: Sequence[Line]) -> str:
     for r in (r for r in lines if r.seeds):
         act = _activity_cells(r)
         cell = "-" if act[0] == "-" else f"{act[0]} pos., {act[1]} neg., max beta {act[2]}"
-        body.append(
-            [r.label, ",".join(map(str, r.epochs)), _seeds(r)]
-            + [fmt(r.stats[m], 2) for m, _ in PROBES]
-            + [cell]
-        )
+        probes = [fmt(r.stats[m], 2) for m, _ in PROBES]
+        body.append([r.label, _joined(r.epochs), _seeds(r), *probes, cell])
     return table(["method", "epochs", "seeds", "offline linear", "offline kNN", "attention"], body)
 
 
@@ -276,34 +256,25 @@ def regime_markdown(lines: Sequence[Line]) -> str:
         gaps = [_gap(lin[0], u_lin[0]), _gap(knn[0], u_knn[0]), _gap(lin[0], p_lin[0])]
         step1 = "n/a" if None in gaps[:2] else "yes" if min(gaps[:2]) >= STEP1 else "no"
         step2 = "n/a" if gaps[2] is None else "yes" if gaps[2] >= STEP2 else "no"
-        body.append(
-            [r.label, ",".join(map(str, r.epochs)), ",".join(map(str, r.seeds))]
-            + [fmt(lin, 2), fmt(knn, 2)]
-            + ["n/a" if g is None else f"{g:+.2f}" for g in gaps]
-            + [step1, step2, *_activity_cells(r)]
-        )
+        body.append([r.label, _joined(r.epochs), _joined(r.seeds), fmt(lin, 2), fmt(knn, 2)])
+        body[-1] += ["n/a" if g is None else f"{g:+.2f}" for g in gaps]
+        body[-1] += [step1, step2, *_activity_cells(r)]
     u_lin, u_knn, p_lin, p_knn = _references(lines)
     head = ["method", "epochs", "seeds", "offline linear", "offline kNN", "linear - untrained"]
     head += ["kNN - untrained", "linear - pixels", f"step 1 (both >= untrained + {STEP1:g})"]
     head += [f"step 2 (linear >= pixels + {STEP2:g})", *[t for _, t in ACTIVITY]]
-    return "\n".join(
-        [
-            "## Regime",
-            "",
-            "Gaps are of the means over the row's seeds, against the untrained backbone's mean over "
-            f"the same seeds (over all seeds: linear {fmt(u_lin, 2)}, kNN {fmt(u_knn, 2)}) and the "
-            f"raw pixels (linear {fmt(p_lin, 2)}, kNN {fmt(p_knn, 2)}).",
-            "",
-            table(head, body),
-            "",
-            "Attention at the last epoch, mean over seeds (`train_attn_*` of each record): effective "
-            "positives 1 / sum alpha^2 of P, effective negatives (sum beta)^2 / sum beta^2 of K, the "
-            "largest beta (max over seeds), R = the push on the negatives over the pull on the "
-            "positive (1 for plain InfoNCE and the `importance` form), and the fraction of anchors "
-            "whose highest-beta negative has their class (labels feed this diagnostic only); uniform "
-            "weights give P, K and 1; n/a: a record from before the diagnostic.",
-            "",
-        ]
+    return section(
+        "Regime",
+        "Gaps are of the means over the row's seeds, against the untrained backbone's mean over "
+        f"the same seeds (over all seeds: linear {fmt(u_lin, 2)}, kNN {fmt(u_knn, 2)}) and the "
+        f"raw pixels (linear {fmt(p_lin, 2)}, kNN {fmt(p_knn, 2)}).",
+        table(head, body),
+        "Attention at the last epoch, mean over seeds (`train_attn_*` of each record): effective "
+        "positives 1 / sum alpha^2 of P, effective negatives (sum beta)^2 / sum beta^2 of K, the "
+        "largest beta (max over seeds), R = the push on the negatives over the pull on the "
+        "positive (1 for plain InfoNCE and the `importance` form), and the fraction of anchors "
+        "whose highest-beta negative has their class (labels feed this diagnostic only); uniform "
+        "weights give P, K and 1; n/a: a record from before the diagnostic.",
     )
 
 
@@ -311,29 +282,19 @@ def mechanism_markdown(lines: Sequence[Line]) -> str:
     """The representation and the push at the end of training of every row with diagnostics."""
     keys = [k.replace("train_attn_", "") for k, _ in HEALTH]
     body = [
-        [
-            r.label,
-            ",".join(map(str, r.seeds)),
-            *[fmt(r.stats[k], 3 if k == keys[0] else 2) for k in keys],
-        ]
+        [r.label, _joined(r.seeds), *[fmt(r.stats[k], 3 if k == keys[0] else 2) for k in keys]]
         for r in lines
         if r.seeds and r.stats[keys[1]][0] is not None
     ]
     if not body:
         return ""
-    head = ["method", "seeds", *[t for _, t in HEALTH]]
-    return "\n".join(
-        [
-            "## Mechanism",
-            "",
-            table(head, body),
-            "",
-            "At the last epoch, mean ± std over seeds (each record's `_epoch` value): the largest "
-            "negative's share of an anchor's push, the anchor views' squared distance "
-            "(`train_repr_alignment`, 0 to 4), the uniformity and effective rank of the validation "
-            "projections, and the contrastive loss in nats (n/a: not logged by that form or record).",
-            "",
-        ]
+    return section(
+        "Mechanism",
+        table(["method", "seeds", *[t for _, t in HEALTH]], body),
+        "At the last epoch, mean ± std over seeds (each record's `_epoch` value): the largest "
+        "negative's share of an anchor's push, the anchor views' squared distance "
+        "(`train_repr_alignment`, 0 to 4), the uniformity and effective rank of the validation "
+        "projections, and the contrastive loss in nats (n/a: not logged by that form or record).",
     )
 
 
@@ -375,36 +336,17 @@ def verdicts_markdown(lines: Sequence[Line]) -> str:
                 f"t = {s['t']:+.2f}){mark}{more}"
             )
         out.append(f"- {question} {a.label} minus {b.label}: {'; '.join(parts)}.")
-    count = table(
-        [
-            "lines (comparison x probe)",
-            "paired (2+ common seeds)",
-            "interval excludes 0",
-            "survive Holm",
-        ],
-        [
-            [
-                len(flat) + sum(s is None for r in tests for s in r),
-                len(flat),
-                sum(abs(s["mean"]) > s["half"] for s in flat),
-                sum(survives),
-            ]
-        ],
-    )
-    return "\n".join(
-        [
-            "## Verdicts",
-            "",
-            *out,
-            "",
-            count,
-            "",
-            "Each line: row a minus row b on one probe, per seed (the same data and seed on both "
-            "sides), mean ± the 95 % half-width t_0.975,n-1 * std / sqrt n of those differences. A "
-            f"gap is real when that interval excludes 0; Holm's step-down correction at {ALPHA:g} "
-            "runs over every paired line above (both probes).",
-            "",
-        ]
+    head = ["lines (comparison x probe)", "paired (2+ common seeds)", "interval excludes 0"]
+    real = sum(abs(s["mean"]) > s["half"] for s in flat)
+    counts = [len(pairs) * len(PROBES), len(flat), real, sum(survives)]
+    return section(
+        "Verdicts",
+        "\n".join(out),
+        table([*head, "survive Holm"], [counts]),
+        "Each line: row a minus row b on one probe, per seed (the same data and seed on both "
+        "sides), mean ± the 95 % half-width t_0.975,n-1 * std / sqrt n of those differences. A "
+        f"gap is real when that interval excludes 0; Holm's step-down correction at {ALPHA:g} "
+        "runs over every paired line above (both probes).",
     )
 
 
