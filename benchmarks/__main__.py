@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 # Third-party deprecations (pkg_resources, timm) and solo-learn's logged warnings are not ours to
 # show: each run's own output, warnings included, goes to its train.log.
@@ -34,20 +34,12 @@ warnings.filterwarnings("ignore")
 logging.getLogger().setLevel(logging.ERROR)
 
 from benchmarks import report, runner  # noqa: E402
-from benchmarks.runs import (  # noqa: E402
-    METHODS,
-    PIXELS,
-    POSITIVE_METHODS,
-    PRESETS,
-    Run,
-    bench_runs,
-    parse_row,
-)
+from benchmarks import runs as table  # noqa: E402
 
 REFERENCE = runner.REPO_ROOT / "benchmarks" / "results" / "reference"
 
 
-def _list(kind: type):
+def _list(kind: type) -> Callable[[str], tuple]:
     return lambda text: tuple(kind(x.strip()) for x in text.split(",") if x.strip())
 
 
@@ -59,35 +51,31 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = p.add_argument
-    presets = "; ".join(f"{k}: {v.description}" for k, v in PRESETS.items())
-    add("--preset", default="default", choices=list(PRESETS), help=presets)
-    add("--methods", type=_list(str), help=f"some of {','.join(METHODS)} (default: the preset's)")
-    add("--seeds", type=_list(int), help="e.g. 0,1,2 (default: the preset's)")
-    add("--epochs", type=int, help="equal-epoch budget (default: the preset's)")
+    presets = "; ".join(f"{k}: {v.description}" for k, v in table.PRESETS.items())
+    add("--preset", default="default", choices=list(table.PRESETS), help=presets)
+    # Those left out take the preset's values.
+    add("--methods", type=_list(str), help=f"some of {','.join(table.METHODS)}")
+    add("--seeds", type=_list(int), help="e.g. 0,1,2")
+    add("--epochs", type=int, help="equal-epoch budget")
     add("--batch-size", type=int, help="images per step per device")
     add("--num-train", type=int, help="Fashion-MNIST training images")
     add("--num-val", type=int, help="Fashion-MNIST validation images")
     add("--num-positives", type=int, default=4, help="M of the AttentionNCE rows")
-    add("--extra-m", type=_list(int), help="more M rows of attentionnce (default: the preset's)")
+    add("--extra-m", type=_list(int), help="more M rows of attentionnce")
     add("--no-time-matched", dest="time_matched", action="store_false", default=None)
-    add("--ablation-method", default="attentionnce", choices=POSITIVE_METHODS[:2])
+    add("--ablation-method", default="attentionnce", choices=table.POSITIVE_METHODS[:2])
+    row = "an ablation row: METHOD (default --ablation-method) at --num-positives with these "
+    row += "method_kwargs, which win over --set; repeatable"
     add(
         "--row",
         dest="rows",
         action="append",
         default=[],
         metavar="[METHOD:]KEY=VALUE,...",
-        help="an ablation row: METHOD (default --ablation-method) at --num-positives with these "
-        "method_kwargs, which win over --set; repeatable",
+        help=row,
     )
-    add(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="[METHOD:]KEY=VALUE",
-        help="a config value, for every run or one method's",
-    )
+    one = "a config value, for every run or one method's"
+    add("--set", dest="sets", action="append", default=[], metavar="[METHOD:]KEY=VALUE", help=one)
     add("--out", default="bench_out", help="output folder (default ./bench_out)")
     add("--data-cache", help="converted Fashion-MNIST (default <out>/data)")
     add("--no-offline-probe", dest="offline_probe", action="store_false")
@@ -98,17 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def plan(args: argparse.Namespace) -> List[Run]:
-    preset = PRESETS[args.preset]
-    rows = [parse_row(text, args.num_positives, args.ablation_method) for text in args.rows]
+def plan(args: argparse.Namespace) -> List[table.Run]:
+    preset = table.PRESETS[args.preset]
+    rows = [table.parse_row(text, args.num_positives, args.ablation_method) for text in args.rows]
     extra_m = preset.extra_m if args.extra_m is None else args.extra_m
     time_matched = preset.time_matched if args.time_matched is None else args.time_matched
     seeds, epochs = args.seeds or preset.seeds, args.epochs or preset.epochs
     methods = args.methods or preset.methods
-    return bench_runs(methods, seeds, epochs, args.num_positives, extra_m, time_matched, rows)
+    return table.bench_runs(methods, seeds, epochs, args.num_positives, extra_m, time_matched, rows)
 
 
-def read_results(out: Path, runs: Sequence[Run]) -> List[runner.Result]:
+def read_results(out: Path, runs: Sequence[table.Run]) -> List[runner.Result]:
     """Every record in ``out/runs``: the plan's in its order, then the others by folder."""
     order = {r.key: i for i, r in enumerate(runs)}
     paths = sorted((out / "runs").glob("**/result.json"), key=str)
@@ -119,7 +107,7 @@ def read_results(out: Path, runs: Sequence[Run]) -> List[runner.Result]:
 def make_budget(args: argparse.Namespace, out: Path) -> runner.Budget:
     from benchmarks.data import prepare_fashion_mnist
 
-    preset = PRESETS[args.preset]
+    preset = table.PRESETS[args.preset]
     sets = list(preset.sets) + list(args.sets)
     for s in sets:
         runner.parse_set(s)  # a bad --set fails before anything trains
@@ -149,31 +137,28 @@ def machine() -> str:
     )
 
 
-def reference_tables(args: argparse.Namespace) -> str:
-    """The committed reference preset's regime and verdicts, rebuilt from its records."""
-    ref = dict(vars(args), preset="reference", methods=None, seeds=None, epochs=None)
-    ref.update(extra_m=None, time_matched=None, rows=[])
-    lines = report.aggregate(read_results(REFERENCE, plan(argparse.Namespace(**ref))))
-    return (
-        "\n# The real result: the reference preset (6,000 images, 29 epochs, 3 seeds), rebuilt "
-        "from its committed records\n\n`python3 -m benchmarks --preset reference --report-only "
-        "--out benchmarks/results/reference` prints all its tables.\n\n"
-        + report.summary_table(lines)
-        + "\n\n"
-        + report.verdicts_markdown(lines)
-    )
+def reference_tables() -> str:
+    """The committed reference preset's summary and verdicts, rebuilt from its records."""
+    runs = plan(build_parser().parse_args(["--preset", "reference"]))
+    lines = report.aggregate(read_results(REFERENCE, runs))
+    title = "# The real result: the reference preset (6,000 images, 29 epochs, 3 seeds), rebuilt "
+    title += "from its committed records"
+    how = "`python3 -m benchmarks --preset reference --report-only --out benchmarks/results/"
+    how += "reference` prints all its tables."
+    tables = [report.summary_table(lines), "", report.verdicts_markdown(lines)]
+    return "\n".join(["", title, "", how, "", *tables])
 
 
 def bench(args: argparse.Namespace, command: str) -> int:
     """0 when every run succeeded, 1 when some failed."""
     started = time.perf_counter()
-    out = Path(args.out).resolve()
+    out, preset = Path(args.out).resolve(), table.PRESETS[args.preset]
     if args.report_only:
         results = read_results(out, plan(args))
         seeds = args.seeds or [int(r["seed"]) for r in results]  # the raw pixels: one, seed 0
-        results = [r for r in results if int(r["seed"]) in seeds or r["label"] == PIXELS]
+        results = [r for r in results if int(r["seed"]) in seeds or r["label"] == table.PIXELS]
         shown = os.path.relpath(out / "runs") if out.is_relative_to(Path.cwd()) else out / "runs"
-        note, batch = f"as recorded in {shown}", args.batch_size or PRESETS[args.preset].batch_size
+        note, batch = f"as recorded in {shown}", args.batch_size or preset.batch_size
     else:
         from attnce_plugin.install import require_solo
 
@@ -188,7 +173,8 @@ def bench(args: argparse.Namespace, command: str) -> int:
         if args.references and args.offline_probe:
             results += runner.reference_results(results, budget, out)
         note, batch = budget.note, budget.batch_size
-    seeds = sorted({int(r["seed"]) for r in results if r["label"] != PIXELS})  # it has seed 0 only
+    # The raw pixels have seed 0 only.
+    seeds = sorted({int(r["seed"]) for r in results if r["label"] != table.PIXELS})
     header = [
         f"command: `{command}`, {datetime.datetime.now():%Y-%m-%d %H:%M}, "
         f"{(time.perf_counter() - started) / 60:.1f} min",
@@ -201,8 +187,8 @@ def bench(args: argparse.Namespace, command: str) -> int:
     md = report.bench_markdown(results, header)
     subset = args.report_only and args.seeds  # printed only: the folder's files cover every seed
     print("\n" + md + ("" if subset else report.write_outputs(results, md, out)))
-    if PRESETS[args.preset].show_reference and out != REFERENCE.resolve():
-        print(reference_tables(args))
+    if preset.show_reference and out != REFERENCE.resolve():
+        print(reference_tables())
     failed = [r for r in results if r["status"] != "ok"]
     if failed:
         print(f"{len(failed)} of {len(results)} runs failed or were skipped", file=sys.stderr)

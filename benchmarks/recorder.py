@@ -72,10 +72,9 @@ class RunRecorder(Callback):
     def _peaks(self, pl_module: Any) -> Dict[str, Any]:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
         on_cuda = torch.cuda.is_available() and getattr(pl_module.device, "type", "") == "cuda"
-        cuda = torch.cuda.max_memory_allocated() / 2**20 if on_cuda else None
         return {
             "peak_rss_mib": rss / (2**20 if sys.platform == "darwin" else 2**10),
-            "peak_cuda_mib": cuda,
+            "peak_cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if on_cuda else None,
         }
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
@@ -84,19 +83,11 @@ class RunRecorder(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         # Here, not at fit start: the training loader (and so its length) exists from now on.
         batches = trainer.num_training_batches
-        self._write(
-            trainer,
-            {
-                "event": "fit_start",
-                "max_epochs": trainer.max_epochs,
-                "num_training_batches": batches if math.isfinite(batches) else None,
-                "precision": str(trainer.precision),
-                "world_size": trainer.world_size,
-                "sync_batchnorm_layers": sum(
-                    isinstance(m, torch.nn.SyncBatchNorm) for m in pl_module.modules()
-                ),
-            },
-        )
+        start = {"event": "fit_start", "max_epochs": trainer.max_epochs}
+        start["num_training_batches"] = batches if math.isfinite(batches) else None
+        start.update(precision=str(trainer.precision), world_size=trainer.world_size)
+        sync = sum(isinstance(m, torch.nn.SyncBatchNorm) for m in pl_module.modules())
+        self._write(trainer, {**start, "sync_batchnorm_layers": sync})
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._epoch_start = self._mark_at = time.perf_counter()
@@ -165,8 +156,6 @@ class RunRecorder(Callback):
         self._write(trainer, *steps, record)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
-        now = time.perf_counter()
-        elapsed = now - (self._fit_start or now)
-        self._write(
-            trainer, {"event": "fit_end", "elapsed_seconds": elapsed, **self._peaks(pl_module)}
-        )
+        elapsed = time.perf_counter() - (self._fit_start or time.perf_counter())
+        end = {"event": "fit_end", "elapsed_seconds": elapsed, **self._peaks(pl_module)}
+        self._write(trainer, end)

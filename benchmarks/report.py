@@ -366,8 +366,8 @@ NOTES = (
 def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
     """``results.md``: header lines, the summary, every run, the regime, the verdicts, notes."""
     lines = aggregate(results)
-    md = ["# Benchmark results", "", *[f"- {h}" for h in header], "", "## Summary", ""]
-    md += [summary_table(lines), "", "## Runs", "", runs_table(lines), ""]
+    md = ["# Benchmark results", "", *[f"- {h}" for h in header], ""]
+    md += [section("Summary", summary_table(lines)), section("Runs", runs_table(lines))]
     md += [regime_markdown(lines), mechanism_markdown(lines), verdicts_markdown(lines)]
     notes = list(NOTES) + [
         f"{'FAILED or skipped' if r['status'] != 'ok' else 'Note'}: {r['key']}: "
@@ -438,10 +438,8 @@ def write_outputs(results: Sequence[Result], markdown: str, out: Path) -> str:
     the figures."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(markdown)
-    dicts = [
-        dict(r, run_dir=os.path.relpath(r["run_dir"], out) if r.get("run_dir") else "")
-        for r in results
-    ]
+    relative = [os.path.relpath(r["run_dir"], out) if r.get("run_dir") else "" for r in results]
+    dicts = [dict(r, run_dir=d) for r, d in zip(results, relative)]
     (out / "results.json").write_text(json.dumps(dicts, indent=2) + "\n")
     scalar = [k for d in dicts for k, v in d.items() if not isinstance(v, (dict, list))]
     with open(out / "runs.csv", "w", newline="") as fh:

@@ -158,34 +158,18 @@ class Preset:
 
 #: Our recipe: a milder crop and temperature 0.2, screened on SimCLR.
 RECIPE = dict(crop_min_scale=0.5, sets=("method_kwargs.temperature=0.2",))
+DEMO = "the demo (~10 min on 2 CPU cores, below the learning regime), then the reference's "
+DEMO += "committed tables"
+EVERY = "every method and control, 3 seeds: ~40 h on 2 CPU cores, run in parts (--methods, --seeds;"
+EVERY += " finished runs are reused)"
 PRESETS: Dict[str, Preset] = {
     # No limit_val_batches: solo's kNN counts the classes it saw, and the val folder is sorted.
     "smoke": Preset(96, 40, 1, 16, (0,), "tests: 1 epoch of 6 batches, numbers meaningless"),
     # The reference recipe on a fifth of its images, a seventh of its epochs, one seed.
     "default": Preset(
-        1200,
-        1000,
-        4,
-        64,
-        (0,),
-        "the demo (~10 min on 2 CPU cores, below the learning regime), "
-        "then the reference's committed tables",
-        extra_m=(),
-        time_matched=False,
-        show_reference=True,
-        **RECIPE,
+        1200, 1000, 4, 64, (0,), DEMO, extra_m=(), time_matched=False, show_reference=True, **RECIPE
     ),
-    "reference": Preset(
-        6000,
-        2000,
-        29,
-        128,
-        (0, 1, 2),
-        "every method and control, 3 seeds: ~40 h on 2 CPU cores, "
-        "run in parts (--methods, --seeds; finished runs are reused)",
-        methods=tuple(METHODS),
-        **RECIPE,
-    ),
+    "reference": Preset(6000, 2000, 29, 128, (0, 1, 2), EVERY, tuple(METHODS), **RECIPE),
 }
 
 

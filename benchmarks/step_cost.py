@@ -31,6 +31,7 @@ import torch
 from omegaconf import OmegaConf
 
 from benchmarks.recorder import PHASES, RunRecorder, read_records
+from benchmarks.report import table
 from benchmarks.runner import compose
 from benchmarks.runs import METHODS, Row, Run, method_overrides
 
@@ -183,10 +184,8 @@ def run_row(method: str, out: Path, args: argparse.Namespace) -> Dict[str, Any]:
 
 def cells(r: Dict[str, Any], args: argparse.Namespace) -> List[Any]:
     span = "{:.4f}-{:.4f}".format(*r["range"]) if r["range"] else "-"
-    speed = f"{args.batch_size / r['s']:.1f}"
-    return [r["method"], r["views"], r["precision"], f"{r['s']:.4f}", span, speed] + [
-        f"{r[k]:.4f}" for k in PHASES
-    ]
+    speed, phase = f"{args.batch_size / r['s']:.1f}", [f"{r[k]:.4f}" for k in PHASES]
+    return [r["method"], r["views"], r["precision"], f"{r['s']:.4f}", span, speed, *phase]
 
 
 def report(groups: Sequence[List[Dict]], args: argparse.Namespace, argv: Sequence[str]) -> str:
@@ -212,10 +211,8 @@ def report(groups: Sequence[List[Dict]], args: argparse.Namespace, argv: Sequenc
             body.append(cells(r, args) + [x["bound"], x["simclr"], f"{x[base]} ({base})"])
             body[-1].append(f"{r['peak']:.0f}")
         body.append(cells(plain, args) + ["-"] * 4)
-    lines = ["| " + " | ".join(map(str, c)) + " |" for c in [cols, *body]]
-    lines.insert(1, "|" + "---|" * len(cols))
     command = " ".join(["python3 -m benchmarks.step_cost", *argv])
-    return f"<!-- {command} -->\n\n{head}\n\n" + "\n".join(lines) + "\n"
+    return f"<!-- {command} -->\n\n{head}\n\n{table(cols, body)}\n"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
