@@ -12,17 +12,8 @@ from lightning.pytorch import LightningModule, Trainer
 
 from benchmarks.recorder import RunRecorder, read_records
 
-COMMITTED = (
-    Path(__file__).resolve().parents[2]
-    / "benchmarks"
-    / "results"
-    / "reference"
-    / "runs"
-    / "equal-epoch"
-    / "SimCLR"
-    / "seed0"
-    / "record.jsonl"
-)
+REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "reference"
+COMMITTED = REFERENCE / "runs" / "equal-epoch" / "SimCLR" / "seed0" / "record.jsonl"
 
 
 class Tiny(LightningModule):
@@ -48,22 +39,13 @@ def test_a_fit_writes_the_committed_records_keys(tmp_path: Path) -> None:
     data = torch.utils.data.TensorDataset(torch.randn(12, 4))
     loader = torch.utils.data.DataLoader(data, batch_size=4)
     path = tmp_path / "sub" / "record.jsonl"
-    trainer = Trainer(
-        max_epochs=2,
-        callbacks=[RunRecorder(path)],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        accelerator="cpu",
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
-    trainer.fit(Tiny(), loader, loader)
+    quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    quiet.update(enable_model_summary=False, num_sanity_val_steps=0, accelerator="cpu")
+    Trainer(max_epochs=2, callbacks=[RunRecorder(path)], **quiet).fit(Tiny(), loader, loader)
     records = read_records(path)
     old = [json.loads(line) for line in COMMITTED.read_text().splitlines()]
-    assert [r["event"] for r in records] == ["fit_start"] + (["step"] * 3 + ["epoch"]) * 2 + [
-        "fit_end"
-    ]
+    epochs = (["step"] * 3 + ["epoch"]) * 2
+    assert [r["event"] for r in records] == ["fit_start", *epochs, "fit_end"]
     for event in ("fit_start", "step", "fit_end"):
         new = next(r for r in records if r["event"] == event)
         assert set(new) == set(next(r for r in old if r["event"] == event)), event

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import report
-from benchmarks.__main__ import main, plan, read_results
+from benchmarks.__main__ import build_parser, main, plan, read_results
 from benchmarks.runs import Row, controls, parse_row, row_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,11 +33,8 @@ def rebuilt(tmp_path_factory) -> str:
 
 
 def _lines():
-    args = ["--preset", "reference", "--report-only", "--out", str(REFERENCE)]
-    from benchmarks.__main__ import build_parser
-
-    ns = build_parser().parse_args(args)
-    return report.aggregate(read_results(REFERENCE, plan(ns)))
+    runs = plan(build_parser().parse_args(["--preset", "reference"]))
+    return report.aggregate(read_results(REFERENCE, runs))
 
 
 def _section(text: str, title: str) -> str:
@@ -76,8 +73,6 @@ def test_every_markdown_table_has_as_many_cells_as_its_header() -> None:
 
 
 def test_every_benchmark_command_in_the_docs_parses() -> None:
-    from benchmarks.__main__ import build_parser
-
     for path in DOCS:
         text = re.sub(r"\\\n\s*", " ", path.read_text())  # shell line continuations
         for command in re.findall(r"python3 -m benchmarks((?: [^`\n]*)?)", text):
@@ -104,36 +99,21 @@ def test_holm_steps_down_until_the_first_failure() -> None:
     assert report.holm([0.2, 0.001]) == [False, True]
 
 
-def _result(label, seed, lin, comparison="equal-epoch", settings=(), method="attentionnce"):
-    return {
-        "key": f"{label}/{seed}",
-        "label": label,
-        "comparison": comparison,
-        "seed": seed,
-        "epochs": 2,
-        "status": "ok",
-        "offline_acc1": lin,
-        "offline_knn_acc1": lin,
-        "error": "",
-        "settings": list(settings),
-        "method": method,
-    }
+def _result(label, seed, lin, comparison="equal-epoch", settings=()):
+    result = dict(key=f"{label}/{seed}", label=label, comparison=comparison, seed=seed, epochs=2)
+    result.update(status="ok", offline_acc1=lin, offline_knn_acc1=lin, error="")
+    return dict(result, settings=list(settings), method="attentionnce")
 
 
 def test_verdict_lines_follow_the_paired_rule_and_are_counted() -> None:
     off = "AttentionNCE, attention off (M=4)"
     row = parse_row("d_pos=1,d_neg=1", 4)
+    noisy, one = parse_row("d_pos=1,d_neg=0.3", 4), parse_row("d_pos=1,d_neg=0.1", 4)
     results = [_result(off, s, 80.0 + s) for s in range(3)]
-    results += [
-        _result(row.label, s, 78.0 + s + 0.1 * (s - 1), "ablation", row.overrides) for s in range(3)
-    ]
-    noisy = parse_row("d_pos=1,d_neg=0.3", 4)
-    results += [
-        _result(noisy.label, s, 80.0 + s + (1, -1.5, 0.5)[s], "ablation", noisy.overrides)
-        for s in range(3)
-    ]
-    one = parse_row("d_pos=1,d_neg=0.1", 4)
-    results.append(_result(one.label, 0, 77.0, "ablation", one.overrides))
+    for r, gaps in ((row, (-2.1, -2, -1.9)), (noisy, (1, -1.5, 0.5)), (one, (-3,))):
+        results += [
+            _result(r.label, s, 80.0 + s + g, "ablation", r.overrides) for s, g in enumerate(gaps)
+        ]
     md = report.verdicts_markdown(report.aggregate(results))
     lines = {ln.split(" minus ")[0]: ln for ln in md.splitlines() if ln.startswith("- Ablation")}
     assert "linear -2.00 ± 0.25" in lines[f"- Ablation: {row.label}"]  # diffs -2.1, -2, -1.9
@@ -178,11 +158,8 @@ def test_activity_is_each_records_last_epoch(rebuilt: str) -> None:
 
     rows = [ln for ln in _section(rebuilt, "Regime").splitlines() if ln.startswith("| ")]
     regime = {ln.split(" | ")[0][2:]: ln.strip(" |").split(" | ") for ln in rows}
-    folder, label = (
-        "ablation/AttentionNCE-M-4-d-pos-1-d-neg-1",
-        "AttentionNCE (M=4, d_pos=1, d_neg=1)",
-    )
-    cells = regime[label][-5:]
+    folder = "ablation/AttentionNCE-M-4-d-pos-1-d-neg-1"
+    cells = regime["AttentionNCE (M=4, d_pos=1, d_neg=1)"][-5:]
     assert cells[0] == f"{last(folder, 'eff_num_positives'):.2f} of 4"
     assert cells[1] == f"{last(folder, 'eff_num_negatives'):.2f} of 254"
     assert cells[2] == f"{last(folder, 'max_beta', max):.2f}"

@@ -25,6 +25,12 @@ def _args(**kw) -> argparse.Namespace:
     return argparse.Namespace(**{**base, **kw})
 
 
+def _build(method: str, tmp_path: Path, args: argparse.Namespace):
+    (tmp_path / "data" / "a").mkdir(parents=True, exist_ok=True)
+    overrides = step_cost.overrides(args, str(tmp_path / "data"), method)
+    return step_cost.build(step_cost.METHODS[method][1], overrides)
+
+
 @pytest.mark.parametrize(
     "method, solo_method, loss, crops",
     [
@@ -37,16 +43,10 @@ def _args(**kw) -> argparse.Namespace:
 def test_rows_are_the_shipped_configs_with_the_run_tables_switches(
     method, solo_method, loss, crops, tmp_path
 ):
-    (tmp_path / "data" / "a").mkdir(parents=True)
-    overrides = step_cost.overrides(_args(), str(tmp_path / "data"), method)
-    model, cfg = step_cost.build(step_cost.METHODS[method][1], overrides)
+    model, cfg = _build(method, tmp_path, _args())
     assert (cfg.method, cfg.method_kwargs.loss) == (solo_method, loss)
     assert sum(int(p.num_crops) for p in cfg.augmentations) == crops  # 2 anchors + M = 4
-    assert (cfg.accelerator, cfg.devices, cfg.performance.disable_channel_last) == (
-        "cpu",
-        "1",
-        True,
-    )
+    assert (cfg.accelerator, cfg.devices) == ("cpu", "1") and cfg.performance.disable_channel_last
     assert cfg.optimizer.batch_size == 4 and model.backbone is not None
 
 
@@ -74,24 +74,14 @@ def test_a_tiny_cpu_run_writes_a_method_row_and_its_bound(tmp_path, capsys):
     lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
     head, *rows = ([c.strip() for c in ln.strip("|").split("|")] for ln in lines)
     method, plain = (dict(zip(head, row)) for row in rows)
-    assert (method["method"], method["views"], method["precision"]) == (
-        "attentionnce",
-        "6",
-        "32-true",
-    )
-    assert (plain["method"], plain["views"], plain["peak MiB"], plain["range"]) == (
-        "bound",
-        "6",
-        "-",
-        "-",
-    )
+    assert [method[k] for k in ("method", "views", "precision")] == ["attentionnce", "6", "32-true"]
+    assert [plain[k] for k in ("method", "views", "peak MiB", "range")] == ["bound", "6", "-", "-"]
     seconds, low, high = float(method["s/step"]), *map(float, method["range"].split("-"))
     assert 0 < low <= seconds <= high and 2 * 2 * low < wall  # 2 fits of 2 steps inside the run
     assert float(method["images/s"]) == pytest.approx(4 / seconds, rel=1e-2)
     assert sum(float(method[k]) for k in ("data", "forward", "backward", "rest")) <= high * 1.01
     assert float(method["peak MiB"]) > 0 and method["to its base"] == "n/a (simclr)"
-    ratio = float(method["s/step"]) / float(plain["s/step"])
-    assert method["to its bound"] == f"{ratio:.2f}x"
+    assert method["to its bound"] == f"{seconds / float(plain['s/step']):.2f}x"
 
 
 @pytest.mark.gpu
@@ -99,11 +89,8 @@ def test_a_tiny_cpu_run_writes_a_method_row_and_its_bound(tmp_path, capsys):
 def test_the_bound_trains_copies_of_the_methods_network(method, tmp_path, device):
     """The method's own weights stay as they were; the copies run on the crops' device though the
     model is on the CPU (where Lightning leaves it after a fit); every phase takes time."""
-    (tmp_path / "data" / "a").mkdir(parents=True)
     args = _args(channels_last=True, warmup=1, steps=1, rounds=3)
-    model, _ = step_cost.build(
-        step_cost.METHODS[method][1], step_cost.overrides(args, str(tmp_path / "data"), method)
-    )
+    model, _ = _build(method, tmp_path, args)
     before = [p.detach().clone() for p in model.parameters()]
     crops = [torch.randn(4, 3, 32, 32, device=device) for _ in range(2)]
     row = step_cost.bound(model, crops, method == "mocov3", args)
@@ -111,15 +98,7 @@ def test_the_bound_trains_copies_of_the_methods_network(method, tmp_path, device
     assert row["s"] > 0 and row["forward"] > 0 and row["optimizer"] > 0
 
 
-@pytest.mark.parametrize("flag", ["--steps", "--rounds"])
-def test_zero_steps_or_rounds_are_refused_before_any_fit(flag, capsys):
-    with pytest.raises(SystemExit) as exit:
-        step_cost.main([flag, "0"])
-    err = capsys.readouterr().err
-    assert exit.value.code == 2 and flag in err and ">= 1" in err
-
-
-def test_a_run_row_is_the_last_epoch_of_a_committed_record(capsys):
+def test_a_run_row_is_the_last_epoch_of_a_committed_record():
     lines = (RECORDS / "runs/equal-epoch/SimCLR/seed0/record.jsonl").read_text().splitlines()
     last = [json.loads(ln) for ln in lines if '"event": "epoch"' in ln][-1]
     row = step_cost.run_row("simclr", RECORDS, _args(batch_size=128))
@@ -128,15 +107,17 @@ def test_a_run_row_is_the_last_epoch_of_a_committed_record(capsys):
     assert row["peak"] == last["peak_rss_mib"]
 
 
-def test_a_run_of_another_batch_size_is_refused_before_any_fit(capsys):
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--steps", "0"], ["--steps", ">= 1"]),
+        (["--rounds", "0"], ["--rounds", ">= 1"]),
+        (["--runs", str(RECORDS), "--batch-size", "4"], ["--runs", "(128, 32)", "(4, 32)"]),
+        (["--runs", str(RECORDS), "--methods", "mocov3"], ["--runs", "mocov3"]),
+    ],
+)
+def test_bad_settings_are_refused_before_any_fit(argv, words, capsys):
     with pytest.raises(SystemExit) as exit:
-        step_cost.main(["--runs", str(RECORDS), "--batch-size", "4"])
+        step_cost.main(argv)
     err = capsys.readouterr().err
-    assert exit.value.code == 2 and "--runs" in err and "(128, 32)" in err and "(4, 32)" in err
-
-
-def test_a_method_without_a_run_is_refused_before_any_fit(capsys):
-    with pytest.raises(SystemExit) as exit:
-        step_cost.main(["--runs", str(RECORDS), "--methods", "mocov3"])
-    err = capsys.readouterr().err
-    assert exit.value.code == 2 and "--runs" in err and "mocov3" in err
+    assert exit.value.code == 2 and all(w in err for w in words), err
