@@ -19,15 +19,6 @@ def val_transform(size: int, mean: Any, std: Any) -> Any:
     return transforms.Compose([resize, transforms.CenterCrop(size), *tail])
 
 
-def _patch_custom_val_transform(size: int, mean: Any, std: Any) -> None:
-    """solo-learn's ``build_custom_pipeline`` at ``size`` px (``prepare_transforms`` looks it up
-    in the module's globals when called); T_train serves main_linear.py only, not run here."""
-    import solo.data.classification_dataloader as cls_data
-
-    val = val_transform(size, mean, std)
-    cls_data.build_custom_pipeline = lambda: {"T_train": val, "T_val": val}
-
-
 class ValidateAtTrainSize(HydraCallback):
     """Hydra callback (``hydra.callbacks.bench``): ``custom`` data validated at ``size`` px."""
 
@@ -37,10 +28,14 @@ class ValidateAtTrainSize(HydraCallback):
         self.size = int(size)
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        """solo-learn's ``build_custom_pipeline`` at ``size`` px (``prepare_transforms`` looks it
+        up in the module's globals when called); T_train serves main_linear.py only, not run
+        here."""
+        import solo.data.classification_dataloader as cls_data
         from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
         # solo's pretraining normalisation for custom data: the first pipeline's, else ImageNet's.
         first = config.augmentations[0] if "augmentations" in config else {}
         mean = tuple(first.get("mean", IMAGENET_DEFAULT_MEAN))
-        std = tuple(first.get("std", IMAGENET_DEFAULT_STD))
-        _patch_custom_val_transform(self.size, mean, std)
+        val = val_transform(self.size, mean, tuple(first.get("std", IMAGENET_DEFAULT_STD)))
+        cls_data.build_custom_pipeline = lambda: {"T_train": val, "T_val": val}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -22,30 +22,22 @@ L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)  # per-sample loss: compar
 HEALTH_MAX_SAMPLES = 2048  # uniformity is O(n^2)
 
 
-def _method(args_path: Path) -> Tuple[Any, Any]:
-    """The solo-learn method class and parsed config of a run's ``args.json``."""
+def backbone(args_path: Path, ckpt: Optional[Path] = None, seed: int = 0) -> nn.Module:
+    """The backbone of a run's config (``args.json``, the parsed config that solo-learn's
+    Checkpointer writes beside a checkpoint) on the CPU: the checkpoint's, or untrained (initialised
+    under ``seed``) without one."""
     from solo.methods import METHODS
 
-    from attnce_plugin.seam import register
+    from attnce_plugin import register
 
     register()
     cfg = OmegaConf.create(json.loads(Path(args_path).read_text()))
-    return METHODS[cfg.method], cfg
-
-
-def load_pretrained_backbone(ckpt_path: Path) -> nn.Module:
-    """The backbone of a checkpoint on the CPU, rebuilt from the ``args.json`` (the parsed config)
-    that solo-learn's Checkpointer writes beside it."""
-    cls, cfg = _method(Path(ckpt_path).parent / "args.json")
-    model = cls.load_from_checkpoint(str(ckpt_path), strict=False, cfg=cfg, map_location="cpu")
-    return model.backbone.eval()
-
-
-def random_backbone(args_path: Path, seed: int) -> nn.Module:
-    """The untrained backbone of a run's config, initialised under ``seed``."""
-    cls, cfg = _method(args_path)
+    if ckpt is not None:
+        cls = METHODS[cfg.method]
+        model = cls.load_from_checkpoint(str(ckpt), strict=False, cfg=cfg, map_location="cpu")
+        return model.backbone.eval()
     torch.manual_seed(seed)
-    return cls(cfg).backbone.eval()
+    return METHODS[cfg.method](cfg).backbone.eval()
 
 
 @torch.no_grad()

@@ -302,16 +302,16 @@ def probe_into(result: Result, backbone: Callable[[], Any], budget: Budget, cfg:
         result["error"] = f"offline probe failed: {type(err).__name__}: {err}"
 
 
-def equal_time_epochs(run: Run, results: Sequence[Result], out: Path) -> Union[int, str]:
+def equal_time_epochs(run: Run, out: Path) -> Union[int, str]:
     """An equal-time run's epochs, from the lowest seed on which its baseline and the row it
-    matches have both finished (in this command or in an earlier part); else why not."""
+    matches have both finished (in this command or in an earlier part: both saved their
+    records); else why not."""
     assert run.row.time_of is not None
     found: List[Dict[int, Result]] = []
     for row in (Row(run.row.method), run.row.time_of):
-        folder = Path(Run(row, 0, 0).key).parent
-        prior = [load_result(p.parent) for p in (out / "runs" / folder).glob("seed*/result.json")]
-        now = [r for r in results if Path(r["key"]).parent == folder]
-        found.append({int(r["seed"]): r for r in prior + now if r and r["status"] == "ok"})
+        folder = out / "runs" / Path(Run(row, 0, 0).key).parent
+        finished = [load_result(p.parent) for p in folder.glob("seed*/result.json")]
+        found.append({int(r["seed"]): r for r in finished if r})
     seeds = sorted(set(found[0]) & set(found[1]))
     if not seeds:
         return f"no finished '{Row(run.row.method).label}' and '{run.row.time_of.label}' runs"
@@ -327,7 +327,7 @@ def equal_time_epochs(run: Run, results: Sequence[Result], out: Path) -> Union[i
 def train_and_probe(prep: Prepared, budget: Budget, probe: bool, keep_checkpoints: bool) -> Result:
     """Launch a run, keep solo-learn's parsed config (``args.json``: the untrained reference rows
     are built from it), probe its last checkpoint, save its result."""
-    from benchmarks.probe import load_pretrained_backbone
+    from benchmarks.probe import backbone
 
     result = launch(prep)
     ckpts = sorted((prep.run_dir / "ckpt").rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
@@ -336,7 +336,8 @@ def train_and_probe(prep: Prepared, budget: Budget, probe: bool, keep_checkpoint
     if result["status"] == "ok" and probe and not ckpts:
         result["error"] = "offline probe skipped: no checkpoint"
     elif result["status"] == "ok" and probe:
-        probe_into(result, lambda: load_pretrained_backbone(ckpts[-1]), budget, prep.resolved)
+        trained = lambda: backbone(ckpts[-1].parent / "args.json", ckpts[-1])  # noqa: E731
+        probe_into(result, trained, budget, prep.resolved)
     if not keep_checkpoints:
         shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
     save_result(result)
@@ -363,7 +364,7 @@ def execute(
             results.append(prior)
             continue
         if not run.epochs:
-            n = equal_time_epochs(run, results, out)
+            n = equal_time_epochs(run, out)
             if isinstance(n, str):
                 print(f"{what}: skipped: {n}", file=sys.stderr)
                 results.append(new_result(run, status="skipped", error=n))
@@ -387,7 +388,7 @@ def reference_results(results: Sequence[Result], budget: Budget, out: Path) -> L
     reused when there."""
     import torch
 
-    from benchmarks.probe import random_backbone
+    from benchmarks.probe import backbone
 
     sources = [Path(r["run_dir"], "args.json") for r in results if r["status"] == "ok"]
     args_json = next((p for p in sources if p.is_file()), None)
@@ -403,7 +404,7 @@ def reference_results(results: Sequence[Result], budget: Budget, out: Path) -> L
             ref["run_dir"] = str(out / "runs" / ref["key"])
             prior = load_result(Path(ref["run_dir"]))
             if prior is None:
-                untrained = lambda s=seed: random_backbone(args_json, s)  # noqa: E731
+                untrained = lambda s=seed: backbone(args_json, seed=s)  # noqa: E731
                 probe_into(ref, untrained if label == UNTRAINED else torch.nn.Flatten, budget, cfg)
                 ref["status"] = "ok" if ref["offline_acc1"] is not None else "failed"
                 Path(ref["run_dir"]).mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -67,17 +68,20 @@ def overrides(args: argparse.Namespace, train_path: str, method: str) -> List[st
 
 
 def build(config: str, overrides: Sequence[str]) -> Any:
-    """(model, cfg) as main_pretrain.py builds them from ``pretrain/custom/<config>.yaml``."""
+    """(model, cfg) as main_pretrain.py builds them from ``pretrain/custom/<config>.yaml``. The
+    shipped configs' Hydra callback registers the plugin's methods and wraps the task function's
+    global ``parse_cfg``; here, as Hydra calls it, with main_pretrain.py's globals."""
     import solo.args.pretrain
     from solo.methods import METHODS as SOLO_METHODS
     from solo.utils.misc import make_contiguous
 
-    from attnce_plugin.seam import register, wrap_parse_cfg
+    from attnce_plugin.seam import SoloLearnCallback
 
-    register()
     cfg = compose(f"pretrain/custom/{config}.yaml", overrides)
+    task = SimpleNamespace(__globals__={"parse_cfg": solo.args.pretrain.parse_cfg})
+    SoloLearnCallback().on_job_start(cfg, task_function=task)
     OmegaConf.set_struct(cfg, False)
-    cfg = wrap_parse_cfg(solo.args.pretrain.parse_cfg)(cfg)
+    cfg = task.__globals__["parse_cfg"](cfg)
     model = SOLO_METHODS[cfg.method](cfg)
     make_contiguous(model)
     if not cfg.performance.disable_channel_last:
@@ -131,7 +135,8 @@ def bound(model: Any, crops: List[torch.Tensor], mocov3: bool, args: argparse.Na
 
 
 def phases(epoch: Dict[str, Any], steps: int) -> Dict[str, float]:
-    return {k: epoch[f"{k}_seconds"] / steps for k in PHASES}  # "optimizer" is printed "rest"
+    """The recorder's phases of an epoch, per step ("optimizer" is printed "rest")."""
+    return {k: epoch[f"{k}_seconds"] / steps for k in PHASES}
 
 
 def measure(method: str, args: argparse.Namespace, tmp: Path, ran: List[Dict]) -> List[Dict]:
@@ -218,20 +223,21 @@ def report(groups: Sequence[List[Dict]], args: argparse.Namespace, argv: Sequenc
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--out", type=Path, help="also write the table to this file")
+    add = p.add_argument
+    add("--device", choices=("cpu", "cuda"), default="cpu")
+    add("--out", type=Path, help="also write the table to this file")
     # 1 thread: on a shared machine a 2-thread OpenMP barrier stalls whenever another process
     # holds a core.
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (0: torch's default)")
-    p.add_argument("--precision", help="Lightning's (default 16-mixed on cuda, 32 on cpu)")
-    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--size", type=int, help="crop px (default 224 on cuda, 32 on cpu)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per fit")
-    p.add_argument("--rounds", type=int, default=5, help="timed fits per method (median)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
-    p.add_argument("--methods", nargs="+", choices=list(BASELINE), default=list(BASELINE))
-    p.add_argument("--runs", type=Path, help="a benchmarks --out folder: its runs' steps too")
+    add("--threads", type=int, default=1, help="CPU threads (0: torch's default)")
+    add("--precision", help="Lightning's (default 16-mixed on cuda, 32 on cpu)")
+    add("--channels-last", action=argparse.BooleanOptionalAction, default=True)
+    add("--batch-size", type=int, default=128)
+    add("--size", type=int, help="crop px (default 224 on cuda, 32 on cpu)")
+    add("--steps", type=int, default=20, help="timed steps per fit")
+    add("--rounds", type=int, default=5, help="timed fits per method (median)")
+    add("--warmup", type=int, default=5, help="untimed steps first")
+    add("--methods", nargs="+", choices=list(BASELINE), default=list(BASELINE))
+    add("--runs", type=Path, help="a benchmarks --out folder: its runs' steps too")
     args = p.parse_args(argv)
     if args.steps < 1 or args.rounds < 1 or args.warmup < 0:
         p.error("--steps and --rounds must be >= 1, --warmup >= 0")

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf
 from PIL import Image
 
-from attnce_plugin.seam import require_solo
-from benchmarks.hooks import ValidateAtTrainSize, _patch_custom_val_transform
+from attnce_plugin.install import require_solo
+from benchmarks.hooks import ValidateAtTrainSize
 
 require_solo()  # loudly: these tests need solo-learn
 
@@ -19,7 +20,8 @@ def test_custom_val_transform_is_at_training_size() -> None:
     try:
         _, t_val = cls_data.prepare_transforms("custom")
         assert t_val(Image.new("RGB", (32, 32))).shape == (3, 224, 224)  # solo's own
-        _patch_custom_val_transform(32, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+        pipeline = {"mean": [0.5] * 3, "std": [0.25] * 3}
+        ValidateAtTrainSize(32).on_job_start(OmegaConf.create({"augmentations": [pipeline]}))
         _, t_val = cls_data.prepare_transforms("custom")
         out = t_val(Image.new("RGB", (32, 32), (128, 128, 128)))
         assert out.shape == (3, 32, 32)

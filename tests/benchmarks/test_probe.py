@@ -11,7 +11,7 @@ import torch
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
-from attnce_plugin.seam import require_solo
+from attnce_plugin.install import require_solo
 from benchmarks import probe
 
 require_solo()  # loudly: the kNN is solo-learn's

@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from attnce_plugin.seam import require_solo
+from attnce_plugin.install import require_solo
 from benchmarks import runner
 from benchmarks.runs import METHODS, Row, Run
 
@@ -127,14 +127,14 @@ def test_finished_runs_are_reused_and_time_matched_from_their_lowest_seed(tmp_pa
     results = runner.execute([base, target, timed], _budget(tmp_path), tmp_path, dry_run=True)
     assert [r["key"] for r in results] == [base.key, target.key]  # reused; the last is written
     assert "++max_epochs=25" in (tmp_path / "runs" / timed.key / "config.yaml").read_text()
-    assert runner.equal_time_epochs(timed, [], tmp_path) == 25
+    assert runner.equal_time_epochs(timed, tmp_path) == 25
 
 
 def test_no_time_match_across_two_cpus_and_a_failed_record_is_trained_again(tmp_path):
     _finish(tmp_path, Run(Row("mocov3"), 0, 29), 10.0, "A")
     _finish(tmp_path, Run(Row("mocov3_attentionnce", 4), 0, 29), 15.0, "B")
     timed = Run(Row("mocov3", comparison="equal-time", time_of=Row("mocov3_attentionnce", 4)), 0, 0)
-    assert "their seconds do not compare" in str(runner.equal_time_epochs(timed, [], tmp_path))
+    assert "their seconds do not compare" in str(runner.equal_time_epochs(timed, tmp_path))
     path = tmp_path / "runs" / "equal-epoch/MoCo-v3/seed0/result.json"
     data = json.loads(path.read_text())
     assert data["cpu"] == "A" and data["run_dir"] == ""  # a record names no machine's path
