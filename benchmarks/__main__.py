@@ -64,16 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--extra-m", type=_list(int), help="more M rows of attentionnce")
     add("--no-time-matched", dest="time_matched", action="store_false", default=None)
     add("--ablation-method", default="attentionnce", choices=table.POSITIVE_METHODS[:2])
-    row = "an ablation row: METHOD (default --ablation-method) at --num-positives with these "
-    row += "method_kwargs, which win over --set; repeatable"
-    add(
-        "--row",
-        dest="rows",
-        action="append",
-        default=[],
-        metavar="[METHOD:]KEY=VALUE,...",
-        help=row,
-    )
+    h = "an ablation row: METHOD (default --ablation-method) at --num-positives with these "
+    h += "method_kwargs, which win over --set; repeatable"
+    add("--row", dest="rows", action="append", default=[], metavar="[METHOD:]KEY=VALUE,...", help=h)
     one = "a config value, for every run or one method's"
     add("--set", dest="sets", action="append", default=[], metavar="[METHOD:]KEY=VALUE", help=one)
     add("--out", default="bench_out", help="output folder (default ./bench_out)")

@@ -148,9 +148,10 @@ class Prepared:
             "#   DATA_CACHE=<Fashion-MNIST cache, default <out>/data> sh command.sh",
             'out=$(cd "$(dirname "$0")/../../../.." && pwd)',
             *(f"{n.replace('-', '_')}=${{{var}:?{var} unset}}" for n, var in FOLDERS.items()),
-            f'cd {sh(str(self.run_dir))} && PYTHONPATH="$repo"${{PYTHONPATH:+:$PYTHONPATH}} python3 '
-            + " ".join(map(sh, self.command[1:])),
         ]
+        path = 'PYTHONPATH="$repo"${PYTHONPATH:+:$PYTHONPATH}'  # this checkout's packages first
+        args = " ".join(map(sh, self.command[1:]))  # python3 for this machine's interpreter
+        script.append(f"cd {sh(str(self.run_dir))} && {path} python3 {args}")
         (self.run_dir / "command.sh").write_text("\n".join(script) + "\n")
 
 
