@@ -33,16 +33,6 @@ def fake(tmp_path: Path, monkeypatch) -> Path:
     return tmp_path
 
 
-def test_read_idx_round_trip_and_garbage(tmp_path: Path) -> None:
-    array = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
-    _write_idx(tmp_path / "x.gz", array)
-    np.testing.assert_array_equal(data.read_idx(tmp_path / "x.gz"), array)
-    with gzip.open(tmp_path / "bad.gz", "wb") as fh:
-        fh.write(b"\x01\x02\x08\x01\x00\x00\x00\x01\x00")
-    with pytest.raises(ValueError, match="not an IDX file"):
-        data.read_idx(tmp_path / "bad.gz")
-
-
 def test_stratified_subset_balances_classes_reproducibly() -> None:
     labels = np.repeat(np.arange(10), 50)
     idx = data.stratified_subset(labels, 25, seed=0)
@@ -64,6 +54,9 @@ def test_conversion_writes_labelled_rgb_32px_folders_once(fake: Path, tmp_path: 
     stamp = train[0].stat().st_mtime_ns
     assert data.prepare_fashion_mnist(tmp_path / "cache", 20, 10) == folder
     assert train[0].stat().st_mtime_ns == stamp  # reused, not rewritten
+    (fake / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"\1\2\x08\1\0\0\0\1\0"))
+    with pytest.raises(ValueError, match="not an IDX file"):
+        data.load_fashion_mnist("test")
 
 
 def test_the_real_files_read_as_fashion_mnist_and_missing_ones_say_what_to_install(

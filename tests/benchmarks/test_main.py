@@ -15,9 +15,8 @@ from attnce_plugin.install import require_solo
 from benchmarks.__main__ import main
 from benchmarks.recorder import read_records
 
-pytestmark = pytest.mark.integration  # trains through solo-learn
 
-
+@pytest.mark.integration  # trains through solo-learn
 def test_smoke_end_to_end_then_reuse_then_the_reference(tmp_path: Path, capsys) -> None:
     require_solo()
     out = tmp_path / "bench_out"
@@ -52,10 +51,10 @@ def test_smoke_end_to_end_then_reuse_then_the_reference(tmp_path: Path, capsys) 
     assert "- Is the attention itself responsible? AttentionNCE (M=4) minus" in tail
 
 
-def test_cli_errors_name_the_problem_before_any_training(tmp_path: Path, capsys) -> None:
-    for argv, message in (
-        (["--set", "no_equals_sign"], "KEY=VALUE"),
-        (["--methods", "byol"], "allowed values"),
-    ):
-        assert main([*argv, "--out", str(tmp_path), "--dry-run"]) == 2
-        assert message in capsys.readouterr().err
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--set", "no_equals_sign"], "KEY=VALUE"), (["--row", "simclr:d_neg=1"], "allowed values")],
+)
+def test_cli_errors_name_the_problem_before_any_training(argv, message, tmp_path, capsys) -> None:
+    assert main([*argv, "--out", str(tmp_path), "--dry-run"]) == 2
+    assert message in capsys.readouterr().err

@@ -5,7 +5,6 @@ show are exactly the report's, rebuilt from the committed records."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
@@ -16,6 +15,7 @@ import pytest
 
 from benchmarks import report
 from benchmarks.__main__ import build_parser, main, plan, read_results
+from benchmarks.recorder import read_records
 from benchmarks.runs import Row, controls, parse_row, row_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,12 +149,10 @@ def test_each_ablation_row_is_set_against_its_controls() -> None:
 
 def test_activity_is_each_records_last_epoch(rebuilt: str) -> None:
     def last(folder: str, key: str, pick=lambda v: sum(v) / 3) -> float:
-        values = []
-        for seed in range(3):
-            text = (REFERENCE / "runs" / folder / f"seed{seed}" / "record.jsonl").read_text()
-            epochs = [json.loads(ln) for ln in text.splitlines() if '"event": "epoch"' in ln]
-            values.append(epochs[-1][f"train_attn_{key}"])
-        return pick(values)
+        runs = [REFERENCE / "runs" / folder / f"seed{seed}" for seed in range(3)]
+        return pick(
+            [read_records(d / "record.jsonl", "epoch")[-1][f"train_attn_{key}"] for d in runs]
+        )
 
     rows = [ln for ln in _section(rebuilt, "Regime").splitlines() if ln.startswith("| ")]
     regime = {ln.split(" | ")[0][2:]: ln.strip(" |").split(" | ") for ln in rows}
