@@ -47,13 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         "python3 -m benchmarks",
         description=__doc__,
-        epilog="Arguments after '--' go unchanged to every run.",
+        epilog="Options left out take the preset's values. Arguments after '--' go unchanged to "
+        "every run.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = p.add_argument
     presets = "; ".join(f"{k}: {v.description}" for k, v in table.PRESETS.items())
     add("--preset", default="default", choices=list(table.PRESETS), help=presets)
-    # Those left out take the preset's values.
     add("--methods", type=_list(str), help=f"some of {','.join(table.METHODS)}")
     add("--seeds", type=_list(int), help="e.g. 0,1,2")
     add("--epochs", type=int, help="equal-epoch budget")
