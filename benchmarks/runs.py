@@ -75,6 +75,10 @@ class Row:
         )
 
 
+#: A sign in a label's number: an exponent's, or a value's after "=".
+SIGN = re.compile(r"(?:(?<=\de)|(?<==))[+-](?=\d)")
+
+
 @dataclass(frozen=True)
 class Run:
     """One row on one seed; ``epochs`` is 0 for an equal-time run until timings fix it."""
@@ -90,10 +94,6 @@ class Run:
         label = SIGN.sub(lambda s: " p" if s[0] == "+" else " m", self.row.label)
         safe = "-".join("".join(c if c.isalnum() else " " for c in label).split())
         return f"{self.row.comparison}/{safe}/seed{self.seed}"
-
-
-#: A sign in a label's number: an exponent's, or a value's after "=".
-SIGN = re.compile(r"(?:(?<=\de)|(?<==))[+-](?=\d)")
 
 
 #: The reference preset's rows and its four questions (row a minus row b).
