@@ -1,4 +1,4 @@
-"""The authors' ResNet for 32 px images, as solo-learn backbones (``backbone.name: cifar_resnet50``).
+"""The authors' ResNet for 32 px images as solo-learn backbones (``backbone.name: cifar_resnet50``).
 
 The authors' code (from HCL/DCL) gives ResNet-50 a 3x3, stride-1, padding-1 stem without max-pool
 on every dataset, STL-10 at 32 px too; solo-learn gives that stem (padding 2) to CIFAR only, and
@@ -26,7 +26,6 @@ def _cifar_resnet(depth: int) -> Callable[..., nn.Module]:
         net.fc = nn.Identity()
         return net
 
-    build.__name__ = f"cifar_resnet{depth}"
     return build
 
 

@@ -11,8 +11,9 @@ import inspect
 import runpy
 import sys
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from attnce_plugin.configs import config_dir
 from attnce_plugin.install import require_solo, solo_checkout_dir
 
 #: solo-learn's own scripts/knn/imagenet-100/knn.sh values for the options its parser leaves at
@@ -51,21 +52,15 @@ def run_solo_script(script: str, argv: Sequence[str]) -> None:
     runpy.run_path(str(path), run_name="__main__")
 
 
-def complete_knn_argv(argv: Sequence[str], doc: Optional[str] = None) -> List[str]:
-    """``argv`` plus :data:`KNN_DEFAULTS` for the options not given, as solo-learn parses them."""
-    args = _solo_parse("knn", argv, doc)
-    return list(argv) + [
-        x for k, v in KNN_DEFAULTS.items() if getattr(args, k) is None for x in [f"--{k}", *v]
-    ]
-
-
 def knn(argv: Optional[Sequence[str]] = None) -> None:
     """attnce-knn: solo-learn's main_knn.py (needs a CUDA GPU) with the plugin's methods
     registered, so that it reads their checkpoints. Of --k, --temperature, --feature_type and
     --distance_function, those not given get solo-learn's scripts/knn/imagenet-100/knn.sh values.
     """
-    argv = sys.argv[1:] if argv is None else argv
-    run_solo_script("main_knn.py", complete_knn_argv(argv, knn.__doc__))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _solo_parse("knn", argv, knn.__doc__)  # absent options as solo-learn parses them
+    argv += [x for k, v in KNN_DEFAULTS.items() if getattr(args, k) is None for x in [f"--{k}", *v]]
+    run_solo_script("main_knn.py", argv)
 
 
 def umap(argv: Optional[Sequence[str]] = None) -> None:
@@ -86,10 +81,7 @@ def configs(argv: Optional[Sequence[str]] = None) -> int:
     )
     parser.add_argument("subfolder", nargs="?", default="", help="e.g. pretrain/cifar")
     subfolder = parser.parse_args(sys.argv[1:] if argv is None else argv).subfolder
-    root = Path(__file__).parent / "configs"
-    folder = root / subfolder
-    if not folder.is_dir():
-        print(f"attnce-configs: no folder {subfolder!r} in {root}", file=sys.stderr)
-        return 2
-    print(folder)
+    if not (config_dir() / subfolder).is_dir():
+        parser.error(f"no folder {subfolder!r} in {config_dir()}")  # exits with status 2
+    print(config_dir() / subfolder)
     return 0

@@ -1,19 +1,17 @@
-"""``AttentionDiagnostics``: the health of the representation (docs/design.md, "Diagnostics");
-switched on by ``diagnostics.enabled``. The attention's activity (``train_attn_*``) the methods log
-themselves, every ``method_kwargs.attention_log_every`` batches, diagnostics or not.
-
-* ``train_repr_alignment`` of the 2 anchor views (Wang & Isola, 2020) and the nominal mutual
-  information bound ``train_repr_mi_bound = log(K + 1) - loss``, every batch;
-* ``val_repr_{feats,z}_{uniformity,eff_rank}`` at each validation end: uniformity (Wang & Isola)
-  and the effective rank of the covariance (Roy & Vetterli, 2007) of the backbone features and
-  projections of a fixed random subset of the validation images (the same subset every epoch:
-  solo-learn's validation loader is not shuffled, and image folders are sorted by class).
+"""The health of the representation (docs/design.md, "Diagnostics"), when ``diagnostics.enabled``:
+the methods log ``train_repr_alignment`` of the 2 anchor views (Wang & Isola, 2020) and the nominal
+mutual information bound ``train_repr_mi_bound = log(K + 1) - loss`` every batch, and
+:class:`AttentionDiagnostics` logs ``val_repr_{feats,z}_{uniformity,eff_rank}`` at each validation
+end: uniformity (Wang & Isola) and the effective rank of the covariance (Roy & Vetterli, 2007) of
+the backbone features and projections of a fixed random subset of the validation images (the same
+subset every epoch: solo-learn's validation loader is not shuffled, and image folders are sorted by
+class). The attention's activity (``train_attn_*``) the methods log whatever the diagnostics say.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List
 
 import torch
 import torch.nn.functional as F
@@ -37,45 +35,23 @@ def effective_rank(x: torch.Tensor) -> torch.Tensor:
     collapse onto a line."""
     x = x.double() - x.double().mean(dim=0)
     eig = torch.linalg.eigvalsh(x.T @ x / (len(x) - 1)).clamp_min(0)
-    if eig.sum() <= 0:
-        return torch.ones((), dtype=torch.float64)
-    p = eig / eig.sum()
-    p = p[p > 0]
-    return torch.exp(-(p * p.log()).sum())
+    # entr(0) = 0: a constant (no variance) has rank 1
+    return torch.exp(torch.special.entr(eig / eig.sum().clamp_min(1e-300)).sum())
 
 
 class AttentionDiagnostics(Callback):
-    """Logs the values above; the training ones from what the methods' ``training_step`` returns
-    (:meth:`attnce_plugin.methods.common.AttentionNCECommon.step_output`)."""
+    """Logs the validation values above, from a hook on solo-learn's own validation forward."""
 
     def __init__(self, max_samples: int = 2048) -> None:
         # uniformity is O(n^2) in pairs: 2048 images are 2.1M pairs, ~10 ms on a CPU core.
         self.max_samples = max_samples
         self._features: List[torch.Tensor] = []
         self._hook: Any = None
-        self._reset()
-
-    def _reset(self) -> None:
-        self._keys = torch.empty(0, dtype=torch.float64)
-        self._kept: Dict[str, torch.Tensor] = {}
-        self._gen = torch.Generator().manual_seed(0)
-
-    @torch.no_grad()
-    def on_train_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        if not isinstance(outputs, Mapping) or "nce_nats" not in outputs:
-            return  # MoCo v3's own loss keeps no anchor views
-        views = outputs["anchor_views"]
-        values = {
-            "alignment": alignment(views[0], views[1]),
-            "mi_bound": math.log(outputs["num_negatives"] + 1) - outputs["nce_nats"].float(),
-        }
-        for name, value in values.items():
-            pl_module.log(f"train_repr_{name}", value, on_step=True, on_epoch=True, sync_dist=True)
 
     def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._reset()
+        self._keys = torch.empty(0, dtype=torch.float64)
+        self._kept: Dict[str, torch.Tensor] = {}
+        self._gen = torch.Generator().manual_seed(0)  # the same subset every epoch
         if self._hook is None and not trainer.sanity_checking:
             # solo-learn's validation forward calls the backbone once: no extra forward pass.
             self._hook = pl_module.backbone.register_forward_hook(
@@ -113,4 +89,4 @@ class AttentionDiagnostics(Callback):
                 for name, fn in (("uniformity", uniformity), ("eff_rank", effective_rank)):
                     value = fn(x).float().to(pl_module.device)
                     pl_module.log(f"val_repr_{kind}_{name}", value, sync_dist=True)
-        self._reset()
+        self._kept = {}  # the memory back until the next validation

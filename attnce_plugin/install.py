@@ -1,5 +1,5 @@
-"""Whether solo-learn >= 1.0.6 is installed, and where its checkout is; imports nothing of solo-learn,
-so that every entry point can stop with install instructions instead of "No module named 'solo'"."""
+"""Whether solo-learn >= 1.0.6 is installed, and where its checkout is; imports none of it, so that
+every entry point can stop with install instructions instead of "No module named 'solo'"."""
 
 from __future__ import annotations
 

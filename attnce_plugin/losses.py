@@ -83,24 +83,26 @@ def gather(x: torch.Tensor, with_grad: bool) -> torch.Tensor:
 
 def _check(temperature: float, d_pos: float, d_neg: float, neg_weighting: str) -> None:
     for name, value in (("temperature", temperature), ("d_pos", d_pos), ("d_neg", d_neg)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a finite number > 0, got {value!r}")
-        if not (math.isfinite(value) and value > 0):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     if neg_weighting not in NEG_WEIGHTINGS:
         raise ValueError(f"neg_weighting={neg_weighting!r}: allowed values are {NEG_WEIGHTINGS}")
 
 
-def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
-    # Half precision would lose the K / tau logits: fp32, or fp64 when an input is fp64.
-    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+def _unit(*tensors: torch.Tensor) -> List[torch.Tensor]:
+    """L2-normalised in fp32, or fp64 when an input is fp64: half precision would lose the K / tau
+    logits."""
+    dtype = torch.float64 if torch.float64 in {t.dtype for t in tensors} else torch.float32
+    return [F.normalize(t.to(dtype), dim=-1) for t in tensors]
 
 
 def _prototype_logit(
     anchors: torch.Tensor, positives: torch.Tensor, d_pos: float, temperature: float
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``(pos_logit [b, V], alpha [b, V, P])`` of anchors [b, V, d] over positives [b, P, d]."""
-    sim = torch.bmm(anchors, positives.transpose(1, 2))
+    """``(pos_logit [V*b], alpha [V*b, P])``, view-major, of anchors [b, V, d] over positives
+    [b, P, d]."""
+    sim = torch.bmm(anchors, positives.transpose(1, 2)).transpose(0, 1).flatten(0, 1)
     alpha = torch.softmax(sim.detach() / d_pos, dim=-1)
     return (alpha * sim).sum(-1) / temperature, alpha
 
@@ -109,14 +111,14 @@ def _attention_nce(
     anchors: torch.Tensor,
     candidates: torch.Tensor,
     pos_logit: torch.Tensor,
+    alpha: torch.Tensor,
     valid: torch.Tensor,
     temperature: float,
     d_neg: float,
     neg_weighting: str,
 ) -> Tuple[torch.Tensor, AttentionWeights]:
     """``(loss [n], weights)``: per-anchor ``logsumexp([pos, neg]) - pos`` over the valid
-    candidates, beta held constant (stop-gradient) as in the published code; ``weights.alpha`` is
-    left for the caller."""
+    candidates, beta held constant (stop-gradient) as in the published code."""
     sim = anchors @ candidates.T
     with torch.no_grad():
         k = valid.sum(dim=1, keepdim=True).to(sim.dtype)
@@ -127,16 +129,13 @@ def _attention_nce(
         neg = sim * beta / temperature
     else:  # log beta is finite on the valid candidates: beta >= K * 1e-6 there
         neg = sim / temperature + beta.log()
-    neg = torch.where(valid, neg, float("-inf"))
-    # The max-shifted log-sum-exp of [pos, neg]; the shift is a constant for autograd.
-    shift = torch.maximum(neg.detach().amax(dim=1), pos_logit.detach())
-    sumexp = torch.exp(neg - shift.unsqueeze(1)).sum(dim=1) + torch.exp(pos_logit - shift)
-    lse = shift + sumexp.log()
+    logits = torch.cat([pos_logit.unsqueeze(1), torch.where(valid, neg, float("-inf"))], dim=1)
     with torch.no_grad():
-        q = torch.exp(neg - lse.unsqueeze(1))  # each candidate's share of the softmax
-        push = q * beta if neg_weighting == "logit" else q
-        pull = 1.0 - torch.exp(pos_logit - lse)
-    return lse - pos_logit, AttentionWeights(sim.new_empty(0), beta, valid, push, pull)
+        q = torch.softmax(logits, dim=1)  # each logit's share; the pull is 1 - q_0
+        push = q[:, 1:] * beta if neg_weighting == "logit" else q[:, 1:]
+    # logsumexp shifts by the row's max: no logit is exponentiated as it is.
+    loss = torch.logsumexp(logits, dim=1) - pos_logit
+    return loss, AttentionWeights(alpha, beta, valid, push, 1.0 - q[:, 0])
 
 
 def attentionnce_loss_func(
@@ -161,9 +160,8 @@ def attentionnce_loss_func(
         anchors: [V*b, d] anchor projections, view-major (view 0 of every image, then view 1...).
         positives: [b, M, d] projections of each image's M positive views.
         indexes: [b] dataset index of each local image.
-        temperature: tau > 0.
-        d_pos: positive-attention scale > 0 (larger: more weight on the harder positives).
-        d_neg: negative-attention scale > 0 (smaller: more weight on the harder negatives).
+        temperature, d_pos, d_neg: tau and the attention scales, each > 0 (a larger d_pos weighs
+            the harder positives more, a smaller d_neg the harder negatives).
         neg_weighting: ``logit`` (the paper's: beta scales the negative's logit) or
             ``importance`` (beta weights its exp term: ``log beta`` added to the logit).
         return_attention: also return the call's :class:`AttentionWeights` (alpha [V*b, M]).
@@ -173,30 +171,25 @@ def attentionnce_loss_func(
         when asked.
     """
     _check(temperature, d_pos, d_neg, neg_weighting)
-    if positives.dim() != 3 or positives.shape[0] == 0 or positives.shape[1] == 0:
+    if positives.dim() != 3 or 0 in positives.shape[:2]:
         raise ValueError(f"positives must be [b, M, d] with b, M >= 1, got {list(positives.shape)}")
-    b, num_pos, dim = positives.shape
+    b, _, dim = positives.shape
     if indexes.shape != (b,):
         raise ValueError(f"indexes must be [b] = [{b}], got {list(indexes.shape)}")
     if anchors.dim() != 2 or anchors.shape[1] != dim or anchors.shape[0] % b or not len(anchors):
         raise ValueError(f"anchors must be [V*b, d] = [V*{b}, {dim}], got {list(anchors.shape)}")
     views = anchors.shape[0] // b
-    dtype = _compute_dtype(anchors, positives)
     with torch.autocast(device_type=anchors.device.type, enabled=False):
-        a = F.normalize(anchors.to(dtype), dim=-1)
-        p = F.normalize(positives.to(dtype), dim=-1)
+        a, p = _unit(anchors, positives)
         pos_logit, alpha = _prototype_logit(
             a.view(views, b, dim).transpose(0, 1), p, d_pos, temperature
         )
         local_idx = indexes.repeat(views)
         valid = local_idx.unsqueeze(1) != gather(local_idx, False).unsqueeze(0)
         loss, weights = _attention_nce(
-            a, gather(a, True), pos_logit.T.reshape(-1), valid, temperature, d_neg, neg_weighting
+            a, gather(a, True), pos_logit, alpha, valid, temperature, d_neg, neg_weighting
         )
-    if not return_attention:
-        return loss.mean()
-    weights.alpha = alpha.transpose(0, 1).reshape(-1, num_pos)
-    return loss.mean(), weights
+    return (loss.mean(), weights) if return_attention else loss.mean()
 
 
 def attentionnce_mocov3_loss_func(
@@ -235,34 +228,27 @@ def attentionnce_mocov3_loss_func(
             f"query and key must both be [b, d], b >= 1; got {list(query.shape)}, {list(key.shape)}"
         )
     b, dim = query.shape
-    has_pos = positive_keys is not None and positive_keys.shape[1:2] != (0,)
-    if positive_keys is not None and (
-        positive_keys.dim() != 3 or positive_keys.shape[::2] != (b, dim)
-    ):
+    if positive_keys is None:
+        positive_keys = key.new_zeros(b, 0, dim)
+    if positive_keys.dim() != 3 or positive_keys.shape[::2] != (b, dim):
         raise ValueError(
             f"positive_keys must be [b, M, d] = [{b}, M, {dim}], got {list(positive_keys.shape)}"
         )
-    if not key_in_prototype and not has_pos:
+    if not key_in_prototype and not positive_keys.shape[1]:
         raise ValueError("key_in_prototype=False needs positive_keys [b, M, d] with M >= 1")
-    extra = [positive_keys] if has_pos else []
-    dtype = _compute_dtype(query, key, *extra)
     with torch.autocast(device_type=query.device.type, enabled=False):
-        q = F.normalize(query.to(dtype), dim=-1)
-        keys = F.normalize(torch.cat([key.unsqueeze(1), *extra], dim=1).to(dtype), dim=-1)
+        q, key, positive_keys = _unit(query, key, positive_keys)
+        keys = torch.cat([key.unsqueeze(1), positive_keys], dim=1)
         candidates = keys if key_in_prototype else keys[:, 1:]
         pos_logit, alpha = _prototype_logit(q.unsqueeze(1), candidates, d_pos, temperature)
-        all_keys = gather(keys[:, 0], False)
         world, rank = world_and_rank()
         valid = torch.ones(b, world * b, dtype=torch.bool, device=q.device)
         valid[torch.arange(b), rank * b + torch.arange(b)] = False  # the query's own key
         loss, weights = _attention_nce(
-            q, all_keys, pos_logit.squeeze(1), valid, temperature, d_neg, neg_weighting
+            q, gather(keys[:, 0], False), pos_logit, alpha, valid, temperature, d_neg, neg_weighting
         )
         loss = loss.mean() * (2 * temperature)
-    if not return_attention:
-        return loss
-    weights.alpha = alpha.squeeze(1)
-    return loss, weights
+    return (loss, weights) if return_attention else loss
 
 
 @torch.no_grad()
@@ -300,13 +286,4 @@ def attention_stats(
     if labels is not None and candidate_labels is not None and labels.min() >= 0:
         hardest = candidate_labels[beta.argmax(dim=1)]
         out["argmax_same_class"] = (hardest == labels).float().mean()
-    return out
-
-
-def mean_stats(stats: List[Dict[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
-    """Several calls' :func:`attention_stats`: the mean, but the max of ``max_beta``."""
-    out = {}
-    for key in stats[0]:
-        values = torch.stack([s[key] for s in stats])
-        out[key] = values.max() if key == "max_beta" else values.mean()
     return out

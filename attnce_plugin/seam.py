@@ -25,21 +25,9 @@ from attnce_plugin.install import require_solo, solo_checkout_dir  # noqa: F401
 from attnce_plugin.settings import num_positives
 
 
-def _add(registry: Dict[str, Any], ours: Dict[str, Any], what: str) -> None:
-    for name, value in ours.items():
-        old = registry.get(name)
-        if old is not None and old is not value:
-            if not getattr(old, "__module__", "").startswith("attnce_plugin"):
-                raise RuntimeError(f"{what}[{name!r}] is already {old!r}; not overwriting it")
-        registry[name] = value
-
-
 def register() -> Dict[str, type]:
-    """Add the plugin's methods and backbones to solo-learn's registries; idempotent.
-
-    Returns:
-        The methods registered, by name.
-    """
+    """Add the plugin's methods and backbones to solo-learn's registries; idempotent. Returns
+    the methods, by name."""
     require_solo()
     import solo.methods
     from solo.methods.base import BaseMethod
@@ -49,8 +37,13 @@ def register() -> Dict[str, type]:
 
     # In place: main_pretrain.py:39 and main_knn.py:37 imported this dict object
     # (solo/methods/__init__.py:43); BaseMethod.__init__ checks names in _BACKBONES (base.py:186).
-    _add(solo.methods.METHODS, METHODS, "solo.methods.METHODS")
-    _add(BaseMethod._BACKBONES, BACKBONES, "BaseMethod._BACKBONES")
+    for registry, ours in ((solo.methods.METHODS, METHODS), (BaseMethod._BACKBONES, BACKBONES)):
+        for name, value in ours.items():
+            old = registry.get(name, value)
+            # Ours from an earlier import of the plugin may be replaced; anyone else's may not.
+            if old is not value and not getattr(old, "__module__", "").startswith("attnce_plugin"):
+                raise RuntimeError(f"{name!r} is already registered as {old!r}; not overwriting it")
+            registry[name] = value
     return dict(METHODS)
 
 

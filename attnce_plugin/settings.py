@@ -16,6 +16,8 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from attnce_plugin.losses import NEG_WEIGHTINGS
+
 
 class MethodConfigError(ValueError):
     """A setting of the plugin's methods is unknown, missing or out of range."""
@@ -28,8 +30,7 @@ def _choice(name: str, *values: str) -> Any:
     return Enum(name, {v: v for v in values}, type=str, module=__name__)
 
 
-#: where beta acts: on the negative's logit (the paper's) or on its exp term (importance weights)
-NegWeighting = _choice("NegWeighting", "logit", "importance")
+NegWeighting = _choice("NegWeighting", *NEG_WEIGHTINGS)
 Projector = _choice("Projector", "mlp", "mlp_bn")
 AttentionNCELoss = _choice("AttentionNCELoss", "attentionnce", "simclr", "simclr_all_views")
 Anchor = _choice("Anchor", "views", "mean")
@@ -55,7 +56,12 @@ class _Kwargs:
 
     @classmethod
     def check(cls, kwargs: DictConfig) -> None:
-        """The ranges OmegaConf's types cannot state."""
+        """What OmegaConf's types cannot state: the ranges, and one combination."""
+        if kwargs.get("anchor") == "mean" and kwargs.loss != "attentionnce":
+            raise MethodConfigError(
+                f"method_kwargs.anchor=mean needs method_kwargs.loss=attentionnce; with "
+                f"loss={kwargs.loss.value} the allowed value is anchor=views"
+            )
         for f in fields(cls):
             value = kwargs[f.name]
             if (f.type is float and not (math.isfinite(value) and value > 0)) or (
@@ -77,15 +83,6 @@ class AttentionNCEKwargs(_Kwargs):
     loss: AttentionNCELoss = AttentionNCELoss.attentionnce
     anchor: Anchor = Anchor.views
 
-    @classmethod
-    def check(cls, kwargs: DictConfig) -> None:
-        super().check(kwargs)
-        if kwargs.anchor == Anchor.mean and kwargs.loss != AttentionNCELoss.attentionnce:
-            raise MethodConfigError(
-                f"method_kwargs.anchor=mean needs method_kwargs.loss=attentionnce; with "
-                f"loss={kwargs.loss.value} the allowed value is anchor=views"
-            )
-
 
 @dataclass
 class MoCoV3AttentionNCEKwargs(_Kwargs):
@@ -99,26 +96,24 @@ class MoCoV3AttentionNCEKwargs(_Kwargs):
 
 def read_method_kwargs(cfg: DictConfig, schema: Any) -> DictConfig:
     """``cfg.method_kwargs`` checked against ``schema`` and written back typed, with the defaults
-    filled in (solo-learn's args.json, which ``main_knn.py`` and ``main_linear.py`` read).
-
-    Raises:
-        MethodConfigError: an unknown, missing or bad key, with the allowed keys or values.
+    filled in (solo-learn's args.json, which ``main_knn.py`` and ``main_linear.py`` read). An
+    unknown, missing or bad key raises :class:`MethodConfigError` with the allowed keys or values.
     """
-    names = [f.name for f in fields(schema)]
+    types = {f.name: f.type for f in fields(schema)}
     given = copy.deepcopy(cfg.get("method_kwargs") or {})
     # 0.5's method_kwargs.compile is gone; dropped here so that 0.5 checkpoints (args.json) load.
     given.pop("compile", None)
     try:
         kwargs = OmegaConf.merge(OmegaConf.structured(schema), given)
     except ConfigKeyError as err:
-        close = difflib.get_close_matches(str(err.key), names, n=1)
+        close = difflib.get_close_matches(str(err.key), list(types), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise MethodConfigError(
             f"method_kwargs.{err.key} is not a setting of method {cfg.method!r}{hint}; allowed "
-            f"keys: {', '.join(names)}"
+            f"keys: {', '.join(types)}"
         ) from None
     except ValidationError as err:
-        want = _ALLOWED.get({f.name: f.type for f in fields(schema)}[err.key])
+        want = _ALLOWED.get(types[err.key])
         raise MethodConfigError(
             f"method_kwargs.{err.key}: {str(err).splitlines()[0]}"
             + (f"; allowed values are {want}" if want else "")
@@ -133,11 +128,8 @@ def read_method_kwargs(cfg: DictConfig, schema: Any) -> DictConfig:
 
 def num_positives(augmentations: Any) -> int:
     """M: the anchors are the first 2 crops of solo-learn's ``augmentations`` list, in pipelines
-    of their own at one crop size; every later crop is a positive, at any size.
-
-    Raises:
-        MethodConfigError: the list does not start with 2 anchor crops.
-    """
+    of their own at one crop size (else :class:`MethodConfigError`); every later crop is a
+    positive, at any size."""
     counts = [int(p["num_crops"]) for p in augmentations or []]
     sizes = [int(p["crop_size"]) for p in augmentations or []]
     first, anchors = 0, 0
@@ -152,39 +144,40 @@ def num_positives(augmentations: Any) -> int:
     return sum(counts[first:])
 
 
-def check_crop_roles(cfg: DictConfig, loss: str, base_loss: str) -> None:
-    """The roles the ``parse_cfg`` wrapper set: 2 anchors, M positives as solo-learn's small crops
-    (its loaders need the total); M > 0 unless ``loss`` is solo-learn's own, which needs none."""
+def read_settings(cfg: DictConfig, schema: Any, base_loss: str) -> DictConfig:
+    """What a method reads, checked once before the network is built: ``method_kwargs`` (by
+    :func:`read_method_kwargs`), the crop roles the ``parse_cfg`` wrapper set (2 anchors, M
+    positives as solo-learn's small crops, which its loaders need; M > 0 unless the loss is
+    ``base_loss``, solo-learn's own), the DALI index encoding and the diagnostics keys. Raises
+    :class:`MethodConfigError`, naming the key and the allowed keys or values."""
+    kwargs = read_method_kwargs(cfg, schema)
     if cfg.data.num_large_crops != 2:
         raise MethodConfigError(
             f"data.num_large_crops={cfg.data.num_large_crops}: the crop roles are unset. Run "
             "the config through attnce_plugin.seam.wrap_parse_cfg(solo.args.pretrain.parse_cfg)"
             ", as the shipped configs' Hydra callback does in main_pretrain.py"
         )
-    if loss != base_loss and cfg.data.num_small_crops == 0:
+    if kwargs.loss.value != base_loss and cfg.data.num_small_crops == 0:
         raise MethodConfigError(
-            f"method_kwargs.loss={loss} needs positive crops, and "
+            f"method_kwargs.loss={kwargs.loss.value} needs positive crops, and "
             "augmentations hold none: add a pipeline after the 2 anchors with num_crops: M "
             "(views.num_positives in the shipped configs)"
         )
-
-
-def check_dali_indexes(cfg: DictConfig) -> None:
-    """The SimCLR form masks negatives by dataset index; without index encoding solo-learn's DALI
-    loader numbers each batch's images by position, the same numbers on every node."""
-    if OmegaConf.select(cfg, "data.format") == "dali":
-        if OmegaConf.select(cfg, "dali.encode_indexes_into_labels") is not True:
-            raise MethodConfigError(
-                "data.format=dali needs dali.encode_indexes_into_labels=True (allowed: True; "
-                "data_format=dali in the shipped configs sets it): the loss masks negatives by "
-                "dataset index"
-            )
-
-
-def check_diagnostics(cfg: DictConfig) -> None:
+    # The SimCLR form masks negatives by dataset index (MoCo's by position); without index
+    # encoding solo-learn's DALI loader numbers each batch's images by position, the same numbers
+    # on every node.
+    dali = OmegaConf.select(cfg, "data.format") == "dali"
+    encoded = OmegaConf.select(cfg, "dali.encode_indexes_into_labels") is True
+    if base_loss == "simclr" and dali and not encoded:
+        raise MethodConfigError(
+            "data.format=dali needs dali.encode_indexes_into_labels=True (allowed: True; "
+            "data_format=dali in the shipped configs sets it): the loss masks negatives by "
+            "dataset index"
+        )
     unknown = set(cfg.get("diagnostics") or {}) - {"enabled", "callbacks"}
     if unknown:
         raise MethodConfigError(
             f"diagnostics.{sorted(unknown)[0]} is not a diagnostics key; allowed keys: enabled "
             "(true or false), callbacks (name: {_target_: ...})"
         )
+    return kwargs

@@ -1,29 +1,20 @@
-"""What both AttentionNCE methods add to their solo-learn base class, written once.
-
-solo-learn's ``BaseMethod.training_step`` sees the 2 anchors alone; the method forwards the M
-positives itself, crop by crop like solo-learn's multi-crop loop, or one call per crop size with
-``batch_positives``.
-"""
+"""What both AttentionNCE methods add to their solo-learn base class, written once."""
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
+from dataclasses import astuple
 from typing import Any, Callable, ClassVar, Dict, Iterator, List, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from attnce_plugin.losses import AttentionWeights, attention_stats, mean_stats
-from attnce_plugin.settings import (
-    check_crop_roles,
-    check_dali_indexes,
-    check_diagnostics,
-    read_method_kwargs,
-)
-
-Forward = Callable[[torch.Tensor], Dict[str, torch.Tensor]]
+from attnce_plugin.diagnostics import AttentionDiagnostics, alignment
+from attnce_plugin.losses import AttentionWeights, attention_stats
+from attnce_plugin.settings import read_settings
 
 
 @contextmanager
@@ -58,16 +49,13 @@ class AttentionNCECommon:
         called by BaseMethod.__init__ (solo/methods/base.py:179) before main_pretrain.py builds a
         loader: ``method_kwargs`` read and checked once, left in ``cfg`` typed by :attr:`KWARGS`.
         Ours first: solo-learn's MoCo v3 hook asserts keys without a message (mocov3.py:131-134)."""
-        kwargs = read_method_kwargs(cfg, cls.KWARGS)
-        check_crop_roles(cfg, kwargs.loss.value, cls.BASE_LOSS)
-        if cls.BASE_LOSS == "simclr":  # the SimCLR form masks negatives by index; MoCo by position
-            check_dali_indexes(cfg)
-        check_diagnostics(cfg)
+        read_settings(cfg, cls.KWARGS, cls.BASE_LOSS)
         return super().add_and_assert_specific_cfg(cfg)  # type: ignore[misc]
 
     def __init__(self, cfg: DictConfig) -> None:
         super().__init__(cfg)  # type: ignore[call-arg]
         self.kwargs = self.cfg.method_kwargs  # type: ignore[attr-defined]
+        self.diagnose = bool(OmegaConf.select(cfg, "diagnostics.enabled"))
         # The positives are solo-learn's small crops for its loaders (DALI's output map,
         # solo/data/dali_dataloader.py:797-800); solo-learn's step gets the anchors alone
         # (base.py:247-251,510-516) and the method forwards the positives itself.
@@ -77,14 +65,9 @@ class AttentionNCECommon:
     def configure_callbacks(self) -> List[Any]:
         """The diagnostics callback when ``diagnostics.enabled``, and every ``_target_`` under
         ``diagnostics.callbacks`` (e.g. the benchmark's run recorder)."""
-        group = self.cfg.get("diagnostics") or {}  # type: ignore[attr-defined]
-        extra = group.get("callbacks") or {}
-        callbacks = [instantiate(spec) for spec in extra.values()]
-        if group.get("enabled"):
-            from attnce_plugin.diagnostics import AttentionDiagnostics
-
-            callbacks.append(AttentionDiagnostics())
-        return callbacks
+        extra = OmegaConf.select(self.cfg, "diagnostics.callbacks")  # type: ignore[attr-defined]
+        callbacks = [instantiate(spec) for spec in (extra or {}).values()]
+        return callbacks + ([AttentionDiagnostics()] if self.diagnose else [])
 
     def split_batch(self, batch: Sequence[Any]) -> Tuple[List[Any], List[torch.Tensor]]:
         """``(batch of the 2 anchors for solo-learn's step, the M positive crops)``."""
@@ -97,48 +80,46 @@ class AttentionNCECommon:
         return [indexes, list(crops[:2]), targets], list(crops[2:])
 
     def forward_positives(
-        self, forward: Forward, crops: List[torch.Tensor], key: str
+        self, forward: Callable[[torch.Tensor], Dict[str, Any]], crops: List[torch.Tensor], key: str
     ) -> torch.Tensor:
         """``forward(crop)[key]`` of the M positive crops, stacked [b, M, d]."""
         kw = self.kwargs
         with bn_running_stats_frozen(self, not kw.positives_update_bn):  # type: ignore[arg-type]
             if not kw.batch_positives:
                 return torch.stack([forward(c)[key] for c in crops], dim=1)
-            outs: List[Any] = [None] * len(crops)
-            groups: Dict[Tuple[int, ...], List[int]] = {}
+            by_size: Dict[Tuple[int, ...], List[int]] = {}
             for i, crop in enumerate(crops):
-                groups.setdefault(tuple(crop.shape), []).append(i)
-            for group in groups.values():
+                by_size.setdefault(tuple(crop.shape), []).append(i)
+            outs: Dict[int, torch.Tensor] = {}
+            for group in by_size.values():
                 joined = forward(torch.cat([crops[i] for i in group]))[key]
-                for i, part in zip(group, joined.chunk(len(group))):
-                    outs[i] = part
-            return torch.stack(outs, dim=1)
-
-    def attention_due(self, batch_idx: int) -> bool:
-        return batch_idx % self.kwargs.attention_log_every == 0
+                outs.update(zip(group, joined.chunk(len(group))))
+            return torch.stack([outs[i] for i in range(len(crops))], dim=1)
 
     def log_attention(
-        self, calls: Sequence[Tuple[AttentionWeights, torch.Tensor, torch.Tensor]]
+        self, calls: Sequence[AttentionWeights], labels: torch.Tensor, candidates: torch.Tensor
     ) -> None:
-        """``train_attn_*`` of the loss calls (weights, anchors' and candidates' class labels,
-        which feed ``argmax_same_class`` only), whatever the diagnostics say: they belong beside
-        every result."""
-        stats = mean_stats([attention_stats(*call) for call in calls])
+        """``train_attn_*`` of the loss calls over the same candidates, their anchors as one call's
+        (the anchors' and candidates' class labels feed ``argmax_same_class`` only), whatever the
+        diagnostics say: they belong beside every result."""
+        weights = AttentionWeights(*map(torch.cat, zip(*map(astuple, calls))))
         log = self.log  # type: ignore[attr-defined]
-        for name, value in stats.items():
+        for name, value in attention_stats(weights, labels, candidates).items():
             reduce = "max" if name == "max_beta" else "mean"
             log(f"train_attn_{name}", value, on_epoch=True, sync_dist=True, reduce_fx=reduce)
 
-    @staticmethod
-    def step_output(
-        loss: torch.Tensor, views: Sequence[torch.Tensor], nats: torch.Tensor, negatives: int
-    ) -> Dict[str, Any]:
-        """``training_step``'s return, which Lightning hands to every callback's
-        ``on_train_batch_end`` as ``outputs``: beside the loss, detached, what the diagnostics
-        callback reads (the 2 anchor views, the contrastive loss in nats, the K negatives)."""
-        return {
-            "loss": loss,
-            "anchor_views": [z.detach() for z in views[:2]],
-            "nce_nats": nats.detach(),
-            "num_negatives": negatives,
-        }
+    def log_representation(
+        self, views: Sequence[torch.Tensor], nats: torch.Tensor, negatives: int
+    ) -> None:
+        """With ``diagnostics.enabled``, the ``train_repr_*`` of this step: the alignment of the 2
+        anchor views, and ``log(K + 1)`` minus the contrastive loss in nats (K negatives)."""
+        if not self.diagnose:
+            return
+        with torch.no_grad():
+            values = {
+                "alignment": alignment(views[0], views[1]),
+                "mi_bound": math.log(negatives + 1) - nats.float(),
+            }
+        log = self.log  # type: ignore[attr-defined]
+        for name, value in values.items():
+            log(f"train_repr_{name}", value, on_step=True, on_epoch=True, sync_dist=True)

@@ -1,5 +1,6 @@
 """attnce_plugin/diagnostics.py: the representation measures against plain numpy loops, and the
-callback's validation subset, driven by a tiny stand-in for solo-learn's module and trainer."""
+callback's validation subset, driven by a tiny stand-in for solo-learn's module and trainer (the
+training values the methods log: test_methods.py)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,6 @@ def test_alignment_and_uniformity_against_loops():
     assert float(diag.alignment(torch.tensor(x), torch.tensor(y))) == pytest.approx(want)
     pairs = [np.exp(-2 * np.sum((xu[i] - xu[j]) ** 2)) for i in range(7) for j in range(i + 1, 7)]
     assert float(diag.uniformity(torch.tensor(x))) == pytest.approx(math.log(np.mean(pairs)))
-    # identical views (up to scale) align at 0, opposite ones at 4
-    assert float(diag.alignment(torch.tensor(x), torch.tensor(3 * x))) == pytest.approx(0, abs=1e-6)
-    assert float(diag.alignment(torch.tensor(x), torch.tensor(-x))) == pytest.approx(4)
 
 
 def test_effective_rank_against_numpy():
@@ -38,10 +36,8 @@ def test_effective_rank_against_numpy():
     want = math.exp(-np.sum(p * np.log(p)))
     assert float(diag.effective_rank(torch.tensor(x))) == pytest.approx(want, rel=1e-9)
     # a collapse onto a line, isotropic data, a constant
-    line = rng.normal(size=(40, 1)) * rng.normal(size=(1, 8)) + rng.normal(size=(1, 8))
-    assert float(diag.effective_rank(torch.tensor(line, dtype=torch.float32))) == pytest.approx(
-        1, abs=1e-3
-    )
+    line = torch.tensor(rng.normal(size=(40, 1)) * rng.normal(size=(1, 8)) + 5)
+    assert float(diag.effective_rank(line.float())) == pytest.approx(1, abs=1e-3)
     assert float(diag.effective_rank(torch.randn(20000, 8))) > 7.9
     assert float(diag.effective_rank(torch.ones(10, 4))) == 1.0
 
@@ -93,23 +89,3 @@ def test_mixed_precision_features_meet_the_fp32_projector():
     module, callback = _Module(), diag.AttentionDiagnostics()
     _epoch(callback, module, [torch.randn(8, 4, dtype=torch.bfloat16)])
     assert {"val_repr_z_eff_rank", "val_repr_feats_uniformity"} <= set(module.logged)
-
-
-def test_train_batch_logs_alignment_and_mi_bound_from_the_step_outputs():
-    module, callback = _Module(), diag.AttentionDiagnostics()
-    views = torch.randn(2, 6, 4)
-    outputs = {
-        "loss": torch.tensor(3.0),
-        "anchor_views": list(views),
-        "num_negatives": 10,
-        "nce_nats": torch.tensor(2.0),
-    }
-    callback.on_train_batch_end(None, module, outputs, None, 0)
-    assert not any(k.startswith("train_attn_") for k in module.logged)  # the method logs them
-    assert float(module.logged["train_repr_mi_bound"]) == pytest.approx(math.log(11) - 2)
-    x, y = _unit(views[0].numpy()), _unit(views[1].numpy())
-    want = np.mean(np.sum((x - y) ** 2, axis=1))
-    assert float(module.logged["train_repr_alignment"]) == pytest.approx(want, rel=1e-5)
-    module.logged.clear()
-    callback.on_train_batch_end(None, module, {"loss": torch.tensor(3.0)}, None, 0)  # MoCo v3's
-    assert not module.logged
