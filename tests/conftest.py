@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict
 
+import numpy as np
 import pytest
 import torch
-from helpers.images import make_image_folder
+from PIL import Image
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,7 +43,15 @@ def tiny_image_folder(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Pat
     5 classes because solo-learn's ``main_linear.py`` computes top-5 accuracy unguarded.
     """
     root = tmp_path_factory.mktemp("tiny_images")
-    return {
-        "train": make_image_folder(root / "train", num_classes=5, per_class=4, seed=0),
-        "val": make_image_folder(root / "val", num_classes=5, per_class=2, seed=1),
-    }
+    rng = np.random.default_rng(0)
+    for split, per_class in (("train", 4), ("val", 2)):
+        for k in range(5):
+            (root / split / f"class{k}").mkdir(parents=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 256, size=(40, 40, 3))  # larger than every test crop
+                # A per-class colour cast keeps the classes separable for the linear probe.
+                pixels[..., k % 3] = np.clip(pixels[..., k % 3] + 80, 0, 255)
+                Image.fromarray(pixels.astype("uint8")).save(
+                    root / split / f"class{k}" / f"{i}.png"
+                )
+    return {"train": root / "train", "val": root / "val"}

@@ -1,4 +1,5 @@
-"""Shipped configs shrunk for tiny in-process CPU models, and ready-made batches."""
+"""Shipped configs shrunk for tiny in-process CPU models and CPU smoke runs, and ready-made
+batches."""
 
 from __future__ import annotations
 
@@ -7,43 +8,42 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+#: Hydra overrides that shrink every test run: one epoch of batch 4 on the CPU, custom data.
+SMALL_RUN = "data.dataset=custom trainer=cpu optimizer.batch_size=4 max_epochs=1".split()
+
+
+def compose(path: str, overrides: Sequence[str] = ()):
+    """The shipped config at ``path`` (in the configs folder) composed with ``overrides``, as
+    solo-learn's scripts get it (not struct)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from attnce_plugin.configs import config_dir
+
+    with initialize_config_dir(str(config_dir() / Path(path).parent), version_base="1.2"):
+        cfg = hydra_compose(Path(path).name, overrides=list(overrides))
+    OmegaConf.set_struct(cfg, False)
+    return cfg
+
 
 def compose_pretrain_cfg(
     config_name: str, train_path: Path, overrides: Sequence[str] = (), family: str = "cifar"
 ):
-    """Compose the shipped ``pretrain/<family>/<config_name>`` for a tiny in-process CPU model and run
-    it through solo-learn's ``parse_cfg`` wrapped by the plugin (crop roles set).
-
-    ``trainer=cpu``, small projector, batch 4, 1 epoch, custom data at ``train_path`` without
-    validation; the multicrop configs' positive crops shrink to 16 px. ``overrides`` come last.
+    """Compose the shipped ``pretrain/<family>/<config_name>`` for a tiny in-process CPU model and
+    run it through solo-learn's ``parse_cfg`` wrapped by the plugin (crop roles set): small
+    projector, no validation, the multicrop configs' positive crops at 16 px; ``overrides`` last.
     """
     import solo.args.pretrain as solo_pretrain_args
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
-    from attnce_plugin.configs import config_dir
     from attnce_plugin.seam import wrap_parse_cfg
 
-    base = [
-        "data.dataset=custom",
-        f"data.train_path={train_path}",
-        "~data.val_path",
-        "method_kwargs.proj_hidden_dim=32",
-        "method_kwargs.proj_output_dim=16",
-        "optimizer.batch_size=4",
-        "trainer=cpu",
-        "++scheduler.warmup_epochs=0",
-        "max_epochs=1",
-    ]
-    if "multicrop" in config_name and not any(
-        o.startswith("views.positive_crop_size") for o in overrides
-    ):
+    base = SMALL_RUN + [f"data.train_path={train_path}", "~data.val_path"]
+    base += "method_kwargs.proj_hidden_dim=32 method_kwargs.proj_output_dim=16".split()
+    base += ["++scheduler.warmup_epochs=0"]
+    if "multicrop" in config_name and not any("positive_crop_size" in o for o in overrides):
         base.append("views.positive_crop_size=16")
-    with initialize_config_dir(
-        config_dir=str(config_dir() / "pretrain" / family), version_base="1.2"
-    ):
-        cfg = compose(config_name, overrides=[*base, *overrides])
-    OmegaConf.set_struct(cfg, False)
+    cfg = compose(f"pretrain/{family}/{config_name}", [*base, *overrides])
     return wrap_parse_cfg(solo_pretrain_args.parse_cfg)(cfg)
 
 
@@ -60,59 +60,34 @@ def batches(num_steps: int, num_crops: int, b: int = 4, size: int = 32, small: i
     return out
 
 
-#: Test crop sizes: the anchors' size becomes LARGE, smaller crops SMALL (CPU budget).
-LARGE, SMALL = 32, 16
-
-
-def _tiny_crop_overrides(config_name: str, crop: int = LARGE) -> List[str]:
-    """Hydra overrides that shrink a shipped config's crops, keeping its layout and order."""
-    out = [f"views.crop_size={crop}"]
-    if "multicrop" in config_name:
-        out.append(f"views.positive_crop_size={SMALL}")
-    return out
-
-
 def pretrain_argv(
     family: str,
     config_name: str,
     data: Dict[str, Path],
     ckpt_dir: Path,
     *,
-    extra: List[str] = (),
     validate: bool = False,
     record: Optional[Path] = None,
-    crop: int = LARGE,
+    crop: int = 32,
 ) -> List[str]:
-    """Command line of ``main_pretrain.py`` for a shipped config, shrunk to a CPU smoke run
-    (``trainer=cpu``); with ``record``, the run's steps and epochs go to that JSON-lines file
-    (the benchmark's recorder, attached through ``diagnostics.callbacks``; ``benchmarks.recorder.read_records``).
+    """Command line of ``main_pretrain.py`` for a shipped config, shrunk to a CPU smoke run of 2
+    steps; with ``record``, the run's steps and epochs go to that JSON-lines file (the benchmark's
+    recorder, attached through ``diagnostics.callbacks``; ``benchmarks.recorder.read_records``).
     """
     from attnce_plugin.configs import config_dir
     from attnce_plugin.install import solo_checkout_dir
 
-    argv = [
-        str(solo_checkout_dir() / "main_pretrain.py"),
-        "--config-path",
-        str(config_dir() / "pretrain" / family),
-        "--config-name",
-        config_name,
-        "data.dataset=custom",
-        "data.format=image_folder",
-        f"data.train_path={data['train']}",
-        "data.num_workers=0",
-        "trainer=cpu",
-        "optimizer.batch_size=4",
-        "max_epochs=1",
-        "++limit_train_batches=2",
-        "++limit_val_batches=1",
-        "++log_every_n_steps=1",
-        "++scheduler.warmup_epochs=0",
-        f"checkpoint.dir={ckpt_dir}",
-        "auto_resume.enabled=False",
-        "method_kwargs.proj_hidden_dim=64",
-        "method_kwargs.proj_output_dim=32",
-        *_tiny_crop_overrides(config_name, crop),
-    ]
+    argv = [str(solo_checkout_dir() / "main_pretrain.py"), "--config-path"]
+    argv += [str(config_dir() / "pretrain" / family), "--config-name", config_name, *SMALL_RUN]
+    argv += [f"data.train_path={data['train']}", f"checkpoint.dir={ckpt_dir}"]
+    argv += (
+        "data.format=image_folder data.num_workers=0 auto_resume.enabled=False "
+        "++limit_train_batches=2 ++limit_val_batches=1 ++log_every_n_steps=1 "
+        "++scheduler.warmup_epochs=0 method_kwargs.proj_hidden_dim=64 "
+        f"method_kwargs.proj_output_dim=32 views.crop_size={crop}"
+    ).split()
+    if "multicrop" in config_name:
+        argv.append("views.positive_crop_size=16")
     if "mocov3" in config_name:
         argv.append("method_kwargs.pred_hidden_dim=64")
     if record is not None:
@@ -120,8 +95,4 @@ def pretrain_argv(
             "++diagnostics.callbacks.record._target_=benchmarks.recorder.RunRecorder",
             f"++diagnostics.callbacks.record.path={record}",
         ]
-    if validate:
-        argv.append(f"data.val_path={data['val']}")
-    else:
-        argv.append("~data.val_path")
-    return argv + list(extra)
+    return argv + [f"data.val_path={data['val']}" if validate else "~data.val_path"]

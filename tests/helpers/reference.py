@@ -78,53 +78,26 @@ def hcl_row_loss(
     return -torch.log(pos / (pos + ng))
 
 
-def simclr_form(
-    anchors: torch.Tensor,
-    positives: torch.Tensor,
-    indexes: torch.Tensor,
-    tau: float,
-    d_pos: Optional[float],
-    d_neg: Optional[float],
-    log_space: bool = False,
-    neg_weighting: str = "logit",
-) -> torch.Tensor:
-    """Reference for ``attentionnce_loss_func``: anchors [V*b, d], positives [b, M, d], indexes [b]."""
+def simclr_form(anchors, positives, indexes, tau, d_pos, d_neg, **row) -> torch.Tensor:
+    """Reference for ``attentionnce_loss_func``: anchors [V*b, d], positives [b, M, d], indexes
+    [b]; ``row``: :func:`_row_loss`'s ``log_space`` and ``neg_weighting``."""
     b = positives.shape[0]
-    a = _unit(anchors)
-    p = _unit(positives)
+    a, p = _unit(anchors), _unit(positives)
     row_index = [int(indexes[i % b]) for i in range(a.shape[0])]
     losses = []
     for i in range(a.shape[0]):
         negs = [j for j in range(a.shape[0]) if row_index[j] != row_index[i]]
-        losses.append(
-            _row_loss(a[i], p[i % b], a[negs], tau, d_pos, d_neg, log_space, neg_weighting)
-        )
+        losses.append(_row_loss(a[i], p[i % b], a[negs], tau, d_pos, d_neg, **row))
     return torch.stack(losses).mean()
 
 
-def mocov3_form(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    positive_keys: Optional[torch.Tensor],
-    tau: float,
-    d_pos: Optional[float],
-    d_neg: Optional[float],
-    key_in_prototype: bool = True,
-    log_space: bool = False,
-    neg_weighting: str = "logit",
-) -> torch.Tensor:
+def mocov3_form(query, key, positive_keys, tau, d_pos, d_neg, key_in_prototype, **row):
     """Reference for ``attentionnce_mocov3_loss_func``: query, key [b, d], positive_keys [b, M, d].
     ``key_in_prototype=False``: the positives are the M positive keys alone."""
-    q = _unit(query)
-    k = _unit(key)
-    pk = None if positive_keys is None else _unit(positive_keys)
+    q, k, pk = _unit(query), _unit(key), _unit(positive_keys)
     losses = []
     for i in range(q.shape[0]):
-        pos_items = k[i : i + 1] if pk is None else torch.cat([k[i : i + 1], pk[i]], dim=0)
-        if not key_in_prototype:
-            pos_items = pk[i]
+        pos_items = torch.cat([k[i : i + 1], pk[i]]) if key_in_prototype else pk[i]
         negs = [j for j in range(k.shape[0]) if j != i]
-        losses.append(
-            _row_loss(q[i], pos_items, k[negs], tau, d_pos, d_neg, log_space, neg_weighting)
-        )
+        losses.append(_row_loss(q[i], pos_items, k[negs], tau, d_pos, d_neg, **row))
     return torch.stack(losses).mean() * (2 * tau)

@@ -4,8 +4,6 @@ through solo-learn's scripts is in test_scripts.py. FAILS, never skips, without 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -14,7 +12,7 @@ from attnce_plugin.install import require_solo
 require_solo()
 
 import solo.args.pretrain as pretrain_args  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
+from helpers.configs import compose  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from attnce_plugin.configs import config_dir  # noqa: E402
@@ -25,13 +23,6 @@ PRETRAIN = sorted(p.relative_to(config_dir()) for p in (config_dir() / "pretrain
 LINEAR = sorted(p.relative_to(config_dir()) for p in (config_dir() / "linear").glob("*/*.yaml"))
 #: The authors' attention scales per dataset family, and their M.
 PAPER_SCALES = {"cifar": (1, 10), "stl10": (2, 0.5)}
-
-
-def _compose(path: Path, overrides=()):
-    with initialize_config_dir(config_dir=str(config_dir() / path.parent), version_base="1.2"):
-        cfg = compose(path.name, overrides=list(overrides))
-    OmegaConf.set_struct(cfg, False)
-    return cfg
 
 
 def test_every_family_has_the_config_matrix():
@@ -45,14 +36,9 @@ def test_every_family_has_the_config_matrix():
 @pytest.mark.parametrize("path", PRETRAIN, ids=str)
 def test_pretrain_config_builds_its_method(path, tiny_image_folder):
     register()
-    overrides = [
-        "data.dataset=custom",
-        f"data.train_path={tiny_image_folder['train']}",
-        "~data.val_path",
-        "data.format=image_folder",
-        "optimizer.batch_size=4",
-    ]
-    cfg = _compose(path, overrides)
+    overrides = "data.dataset=custom ~data.val_path data.format=image_folder".split()
+    overrides.append(f"data.train_path={tiny_image_folder['train']}")
+    cfg = compose(str(path), overrides)
     assert OmegaConf.select(cfg, "hydra.callbacks") is None  # composed without Hydra's own node
     cfg = wrap_parse_cfg(pretrain_args.parse_cfg)(cfg)
     model = METHODS[cfg.method](cfg)
@@ -85,7 +71,7 @@ def test_pretrain_config_builds_its_method(path, tiny_image_folder):
 
 @pytest.mark.parametrize("path", LINEAR, ids=str)
 def test_linear_config_composes(path):
-    cfg = _compose(path, ["data.dataset=custom"])
+    cfg = compose(str(path), ["data.dataset=custom"])
     assert cfg.pretrain_method == "attentionnce"
     if path.stem.endswith("_paper"):
         lr = 1e-2 if path.parent.name == "stl10" else 1e-3
@@ -94,8 +80,3 @@ def test_linear_config_composes(path):
             lr,
             "cifar_resnet50",
         )
-
-
-def test_dali_format_sets_the_index_encoding(tiny_image_folder):
-    cfg = _compose(Path("pretrain/custom/attentionnce.yaml"), ["data_format=dali"])
-    assert cfg.data.format == "dali" and cfg.dali.encode_indexes_into_labels is True

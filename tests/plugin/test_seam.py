@@ -16,7 +16,7 @@ require_solo()
 
 import solo.args.pretrain as pretrain_args  # noqa: E402
 import solo.methods  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
+from helpers.configs import compose  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from solo.data.dali_dataloader import PretrainDALIDataModule  # noqa: E402
 from solo.methods.base import BaseMethod, BaseMomentumMethod  # noqa: E402
@@ -24,7 +24,6 @@ from solo.methods.mocov3 import MoCoV3  # noqa: E402
 from solo.methods.simclr import SimCLR  # noqa: E402
 
 from attnce_plugin.backbones import BACKBONES  # noqa: E402
-from attnce_plugin.configs import config_dir  # noqa: E402
 from attnce_plugin.methods import METHODS  # noqa: E402
 from attnce_plugin.seam import SoloLearnCallback, register, wrap_parse_cfg  # noqa: E402
 from attnce_plugin.settings import MethodConfigError  # noqa: E402
@@ -34,94 +33,64 @@ def _script(name: str) -> str:
     return (solo_checkout_dir() / name).read_text()
 
 
-#: (the patch, solo-learn's file:line, its source, the snippets the patch relies on).
-RELIANCES = [
-    (
-        "register (methods)",
-        "main_pretrain.py:39,74",
-        lambda: _script("main_pretrain.py"),
-        ["from solo.methods import METHODS", "model = METHODS[cfg.method](cfg)"],
-    ),
-    (
-        "methods: settings read in solo-learn's hook",
-        "solo/methods/base.py:179",
-        lambda: inspect.getsource(BaseMethod.__init__),
-        ["cfg = self.add_and_assert_specific_cfg(cfg)"],
-    ),
-    (
-        "register (attnce-knn, attnce-umap)",
-        "main_knn.py:37, main_umap.py:28",
-        lambda: _script("main_knn.py") + _script("main_umap.py"),
-        ["from solo.methods import METHODS"],
-    ),
-    (
-        "register (backbones)",
-        "solo/methods/base.py:186-205",
-        lambda: inspect.getsource(BaseMethod.__init__),
+#: solo-learn's source (commit 9187ea3) -> the snippets the plugin relies on there, by what relies.
+RELIANCES = {
+    "main_pretrain.py:30,39,65,71,74": (
+        _script("main_pretrain.py"),
         [
-            "assert cfg.backbone.name in BaseMethod._BACKBONES",
-            'if self.backbone_name.startswith("resnet"):',
-            "self.backbone.num_features",
-        ],
-    ),
-    (
-        "wrap_parse_cfg",
-        "main_pretrain.py:30,65,71",
-        lambda: _script("main_pretrain.py"),
-        [
-            "from solo.args.pretrain import parse_cfg",
+            "from solo.methods import METHODS",  # register
+            "model = METHODS[cfg.method](cfg)",
+            "from solo.args.pretrain import parse_cfg",  # wrap_parse_cfg
             "cfg = parse_cfg(cfg)",
             "if cfg.data.num_large_crops != 2:",
         ],
     ),
-    (
-        "wrap_parse_cfg",
-        "solo/args/pretrain.py:138-146",
-        lambda: inspect.getsource(pretrain_args.parse_cfg),
-        ["if big_size == pipeline.crop_size:", "cfg.data.num_small_crops = num_small_crops"],
-    ),
-    (
-        "methods: the anchors alone",
-        "solo/methods/base.py:247-251,510-516",
-        lambda: inspect.getsource(BaseMethod),
+    "main_knn.py:37,161-165, main_umap.py:28": (
+        _script("main_knn.py") + _script("main_umap.py"),
+        # attnce-knn and attnce-umap register; attnce-knn fills the options knn.py leaves None
         [
-            "self.num_crops: int = self.num_large_crops + self.num_small_crops",
+            "from solo.methods import METHODS",
+            "for k in args.k:",
+            "for distance_fx in args.distance_function:",
+        ],
+    ),
+    "solo/methods/base.py:179,186-205,247-251,510-516": (
+        inspect.getsource(BaseMethod),
+        [
+            "cfg = self.add_and_assert_specific_cfg(cfg)",  # the methods' settings
+            "assert cfg.backbone.name in BaseMethod._BACKBONES",  # register (backbones)
+            "self.base_model: Callable = self._BACKBONES[cfg.backbone.name]",
+            'if self.backbone_name.startswith("resnet"):',
+            "self.backbone.num_features",
+            "self.num_crops: int = self.num_large_crops + self.num_small_crops",  # anchors alone
             "assert len(X) == self.num_crops",
             "if self.multicrop:",
         ],
     ),
-    (
-        "methods: M as small crops",
-        "solo/data/dali_dataloader.py:797-800",
-        lambda: inspect.getsource(PretrainDALIDataModule.setup),
+    "solo/args/pretrain.py:138-146 (wrap_parse_cfg)": (
+        inspect.getsource(pretrain_args.parse_cfg),
+        ["if big_size == pipeline.crop_size:", "cfg.data.num_small_crops = num_small_crops"],
+    ),
+    "solo/data/dali_dataloader.py:797-800 (M positives as small crops)": (
+        inspect.getsource(PretrainDALIDataModule.setup),
         ['[f"small{i}" for i in range(self.num_small_crops)]'],
     ),
-    (
-        "mocov3_attentionnce.training_step",
-        "solo/methods/mocov3.py:196-216",
-        lambda: inspect.getsource(MoCoV3.training_step),
-        ["out = super().training_step(batch, batch_idx)", 'Q = out["q"]', 'K = out["momentum_k"]'],
+    "solo/methods/simclr.py:117-147, mocov3.py:196-216 (the steps skipped)": (
+        inspect.getsource(SimCLR.training_step) + inspect.getsource(MoCoV3.training_step),
+        ['z = torch.cat(out["z"])', 'Q = out["q"]', 'K = out["momentum_k"]'],
     ),
-    (
-        "attnce-knn",
-        "solo/args/knn.py:19-22, main_knn.py:161-165",
-        lambda: _script("main_knn.py"),
-        ["for k in args.k:", "for distance_fx in args.distance_function:"],
-    ),
-]
+}
 
 
-@pytest.mark.parametrize(
-    "piece,where,source,snippets", RELIANCES, ids=[r[0] + " @ " + r[1] for r in RELIANCES]
-)
-def test_solo_learn_still_has_what_the_plugin_relies_on(piece, where, source, snippets):
-    missing = [s for s in snippets if s not in source()]
-    assert not missing, f"{piece} relies on solo-learn's {where}, which no longer holds {missing}"
+@pytest.mark.parametrize("where", RELIANCES)
+def test_solo_learn_still_has_what_the_plugin_relies_on(where):
+    source, snippets = RELIANCES[where]
+    missing = [s for s in snippets if s not in source]
+    assert not missing, f"solo-learn's {where} no longer holds {missing}"
 
 
 def test_register_adds_new_names_in_place_and_is_idempotent():
     registry, backbones = solo.methods.METHODS, BaseMethod._BACKBONES
-    assert type(registry) is dict and type(backbones) is dict  # in place reaches the scripts
     own = dict(registry)
     register()
     register()
@@ -129,7 +98,8 @@ def test_register_adds_new_names_in_place_and_is_idempotent():
     assert {k: registry[k] for k in own} == own  # solo-learn's own entries untouched
     assert registry["attentionnce"] is METHODS["attentionnce"]
     assert backbones["cifar_resnet50"] is BACKBONES["cifar_resnet50"]
-    assert MoCoV3.__mro__[1] is BaseMomentumMethod  # the MoCo form skips to it
+    # The methods' steps skip to these.
+    assert MoCoV3.__mro__[1] is BaseMomentumMethod and SimCLR.__mro__[1] is BaseMethod
 
 
 def test_someone_elses_entry_is_never_overwritten(monkeypatch):
@@ -138,17 +108,12 @@ def test_someone_elses_entry_is_never_overwritten(monkeypatch):
         register()
 
 
-def _compose(name: str, overrides=()):
-    with initialize_config_dir(
-        config_dir=str(config_dir() / "pretrain" / "cifar"), version_base="1.2"
-    ):
-        cfg = compose(name, overrides=["data.dataset=custom", "~data.val_path", *overrides])
-    OmegaConf.set_struct(cfg, False)
-    return cfg
+def _compose(*overrides: str):
+    return compose("pretrain/cifar/attentionnce.yaml", ["data.dataset=custom", *overrides])
 
 
 def test_wrapper_leaves_solo_learns_own_methods_alone(tiny_image_folder):
-    cfg = _compose("attentionnce.yaml", [f"data.train_path={tiny_image_folder['train']}"])
+    cfg = _compose(f"data.train_path={tiny_image_folder['train']}", "~data.val_path")
     cfg.method = "simclr"
     wrapped = wrap_parse_cfg(pretrain_args.parse_cfg)
     assert wrap_parse_cfg(wrapped) is wrapped
@@ -157,7 +122,7 @@ def test_wrapper_leaves_solo_learns_own_methods_alone(tiny_image_folder):
 
 def test_wrapper_sets_the_crop_roles_only(tiny_image_folder):
     train = f"data.train_path={tiny_image_folder['train']}"
-    given = _compose("attentionnce.yaml", [train, "++method_kwargs.d_negg=2"])
+    given = _compose(train, "++method_kwargs.d_negg=2")
     method_kwargs = OmegaConf.to_container(given.method_kwargs, resolve=True)
     cfg = wrap_parse_cfg(pretrain_args.parse_cfg)(given)
     assert (cfg.data.num_large_crops, cfg.data.num_small_crops) == (2, 4)  # solo-learn: (6, 0)
@@ -165,7 +130,7 @@ def test_wrapper_sets_the_crop_roles_only(tiny_image_folder):
     assert OmegaConf.to_container(cfg.method_kwargs) == method_kwargs
     with pytest.raises(MethodConfigError, match="method_kwargs.d_negg"):
         METHODS[cfg.method](cfg)
-    bad = _compose("attentionnce.yaml", [train, "augmentations.0.num_crops=3"])
+    bad = _compose(train, "augmentations.0.num_crops=3")
     with pytest.raises(MethodConfigError, match="the anchors are the first 2 crops"):
         wrap_parse_cfg(pretrain_args.parse_cfg)(bad)
 
