@@ -102,7 +102,7 @@ sys.exit(3 if '$dev' == 'cuda' and not torch.cuda.is_available() else 0)"
   # not carried (424 MB) and test_dali.py fails its collection without it, so it is left out.
   # shellcheck disable=SC2086
   step tests 300 "tests.log, tests.xml" "$PY" -m pytest -q -p no:cacheprovider -m gpu \
-    --device "$dev" --junitxml "$OUT/tests.xml" --ignore tests/plugin/methods/test_dali.py \
+    --device "$dev" --junitxml "$OUT/tests.xml" --ignore tests/plugin/test_dali.py \
     ${GPUCHECK_TESTS:-tests}
   for p in "${precisions[@]}"; do
     step "step_cost_$p" 150 "step_cost_$p.md" "$PY" -m benchmarks.step_cost --device "$dev" \

@@ -46,7 +46,7 @@ fi
 # DALI internals. Installed without its declared dependencies, whose nvidia-nvimgcodec-cu12[all]
 # also pulls nvidia-libnvcomp-cu12 (hundreds of MB) that CPU decoding does not use; what DALI needs
 # without a GPU is listed (nvimgcodec; nvjpeg, nvjpeg2k, nvtiff only silence error prints). The pins
-# equal pyproject.toml's `dali` extra (tests/test_dali.py checks the installed version).
+# equal pyproject.toml's `dali` extra (tests/plugin/test_dali.py checks the installed version).
 if ! "$PY" -c "import nvidia.dali" 2>/dev/null; then
   echo "[setup] installing DALI 2.4.0 (pinned; its CPU operators run the DALI tests without a GPU)"
   pip_install --no-deps nvidia-dali-cuda120==2.4.0 nvidia-nvimgcodec-cu12==0.9.0.20 \
