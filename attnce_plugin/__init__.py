@@ -8,7 +8,7 @@ from typing import Dict
 
 from attnce_plugin.losses import attentionnce_loss_func, attentionnce_mocov3_loss_func
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 __all__ = ["attentionnce_loss_func", "attentionnce_mocov3_loss_func", "register", "__version__"]
 
 
