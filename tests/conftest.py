@@ -1,8 +1,5 @@
-"""Fixtures and options shared by the tests; plain helper functions are in ``tests/helpers/``.
-
-``--device cuda`` runs the tests that take the ``device`` fixture on the GPU (``pytest -m gpu
---device cuda`` is the GPU check, scripts/gpu_check.sh); the default is the CPU.
-"""
+"""Fixtures and options shared by the tests (plain helper functions: ``tests/helpers/``).
+``pytest -m gpu --device cuda`` (scripts/gpu_check.sh) runs the ``device`` tests on the GPU."""
 
 from __future__ import annotations
 
@@ -16,12 +13,8 @@ from PIL import Image
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--device",
-        choices=("cpu", "cuda"),
-        default="cpu",
-        help="device of the tests that take the `device` fixture (default cpu)",
-    )
+    text = "device of the tests that take the `device` fixture (default cpu)"
+    parser.addoption("--device", choices=("cpu", "cuda"), default="cpu", help=text)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -32,16 +25,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def device(request: pytest.FixtureRequest) -> torch.device:
-    """The ``--device`` the tests marked ``gpu`` run on."""
     return torch.device(request.config.getoption("--device"))
 
 
 @pytest.fixture(scope="session")
 def tiny_image_folder(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
-    """A tiny labelled dataset: ``{"train": <5 classes x 4 images>, "val": <5 x 2>}``, 40x40 PNGs.
-
-    5 classes because solo-learn's ``main_linear.py`` computes top-5 accuracy unguarded.
-    """
+    """``{"train": <5 classes x 4 images>, "val": <5 x 2>}``, 40x40 PNGs; 5 classes because
+    solo-learn's ``main_linear.py`` computes top-5 accuracy unguarded."""
     root = tmp_path_factory.mktemp("tiny_images")
     rng = np.random.default_rng(0)
     for split, per_class in (("train", 4), ("val", 2)):
@@ -51,7 +41,5 @@ def tiny_image_folder(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Pat
                 pixels = rng.integers(0, 256, size=(40, 40, 3))  # larger than every test crop
                 # A per-class colour cast keeps the classes separable for the linear probe.
                 pixels[..., k % 3] = np.clip(pixels[..., k % 3] + 80, 0, 255)
-                Image.fromarray(pixels.astype("uint8")).save(
-                    root / split / f"class{k}" / f"{i}.png"
-                )
+                Image.fromarray(pixels.astype("uint8")).save(root / f"{split}/class{k}/{i}.png")
     return {"train": root / "train", "val": root / "val"}

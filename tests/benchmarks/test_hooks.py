@@ -12,22 +12,20 @@ from benchmarks.hooks import ValidateAtTrainSize
 
 require_solo()  # loudly: these tests need solo-learn
 
+import solo.data.classification_dataloader as cls_data  # noqa: E402
 
-def test_custom_val_transform_is_at_training_size() -> None:
-    import solo.data.classification_dataloader as cls_data
 
-    original = cls_data.build_custom_pipeline
-    try:
-        _, t_val = cls_data.prepare_transforms("custom")
-        assert t_val(Image.new("RGB", (32, 32))).shape == (3, 224, 224)  # solo's own
-        pipeline = {"mean": [0.5] * 3, "std": [0.25] * 3}
-        ValidateAtTrainSize(32).on_job_start(OmegaConf.create({"augmentations": [pipeline]}))
-        _, t_val = cls_data.prepare_transforms("custom")
-        out = t_val(Image.new("RGB", (32, 32), (128, 128, 128)))
-        assert out.shape == (3, 32, 32)
-        assert abs(float(out.mean()) - (128 / 255 - 0.5) / 0.25) < 1e-4  # our normalisation
-    finally:
-        cls_data.build_custom_pipeline = original
+def test_custom_val_transform_is_at_training_size(monkeypatch) -> None:
+    # The hook replaces solo-learn's builder; monkeypatch puts the original back afterwards.
+    monkeypatch.setattr(cls_data, "build_custom_pipeline", cls_data.build_custom_pipeline)
+    _, t_val = cls_data.prepare_transforms("custom")
+    assert t_val(Image.new("RGB", (32, 32))).shape == (3, 224, 224)  # solo's own
+    pipeline = {"mean": [0.5] * 3, "std": [0.25] * 3}
+    ValidateAtTrainSize(32).on_job_start(OmegaConf.create({"augmentations": [pipeline]}))
+    _, t_val = cls_data.prepare_transforms("custom")
+    out = t_val(Image.new("RGB", (32, 32), (128, 128, 128)))
+    assert out.shape == (3, 32, 32)
+    assert abs(float(out.mean()) - (128 / 255 - 0.5) / 0.25) < 1e-4  # our normalisation
 
 
 def test_a_bad_size_is_refused_naming_the_key_and_what_it_takes() -> None:

@@ -16,14 +16,6 @@ from benchmarks import probe
 require_solo()  # loudly: the kNN is solo-learn's
 
 
-def weighted_knn_reference(train_x, train_y, val_x, val_y, k=20, t=0.07) -> float:
-    """Top-1 % of scikit-learn's kNN in float64: the k train points of highest cosine similarity
-    vote for their class with weight exp(similarity / t) (cosine distance: 1 - similarity)."""
-    knn = KNeighborsClassifier(k, metric="cosine", weights=lambda d: np.exp((1 - d) / t))
-    predicted = knn.fit(train_x.double().numpy(), train_y.numpy()).predict(val_x.double().numpy())
-    return 100.0 * float(np.mean(predicted == val_y.numpy()))
-
-
 def blobs(seed: int, classes: int, train: int, val: int, dim: int = 16, noise: float = 1.5):
     g = torch.Generator().manual_seed(seed)
     centres = torch.randn(classes, dim, generator=g)
@@ -37,10 +29,14 @@ def blobs(seed: int, classes: int, train: int, val: int, dim: int = 16, noise: f
 
 @pytest.mark.parametrize("seed, classes", [(0, 5), (1, 10), (2, 3)])
 def test_knn_is_the_weighted_knn_rule(seed, classes) -> None:
+    """Against scikit-learn's kNN in float64: the k = 20 train points of highest cosine similarity
+    vote for their class with weight exp(similarity / 0.07) (cosine distance: 1 - similarity)."""
     train_x, train_y, val_x, val_y = blobs(seed, classes, 300, 120)
     ours = probe.knn_accuracy(train_x, train_y, val_x, val_y)
     assert 100 / classes < ours < 100  # neither chance nor trivially separable
-    assert ours == pytest.approx(weighted_knn_reference(train_x, train_y, val_x, val_y), abs=1e-9)
+    knn = KNeighborsClassifier(20, metric="cosine", weights=lambda d: np.exp((1 - d) / 0.07))
+    predicted = knn.fit(train_x.double().numpy(), train_y.numpy()).predict(val_x.double().numpy())
+    assert ours == pytest.approx(100.0 * float(np.mean(predicted == val_y.numpy())), abs=1e-9)
 
 
 def test_logistic_fit_reaches_the_minimum_of_its_loss() -> None:

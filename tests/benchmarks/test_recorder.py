@@ -36,8 +36,7 @@ class Tiny(LightningModule):
 
 @pytest.mark.filterwarnings("ignore:The '.*dataloader' does not have many workers")
 def test_a_fit_writes_the_committed_records_keys(tmp_path: Path) -> None:
-    data = torch.utils.data.TensorDataset(torch.randn(12, 4))
-    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(12, 4)), 4)
     path = tmp_path / "sub" / "record.jsonl"
     quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False)
     quiet.update(enable_model_summary=False, num_sanity_val_steps=0, accelerator="cpu")

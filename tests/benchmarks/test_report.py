@@ -32,11 +32,6 @@ def rebuilt(tmp_path_factory) -> str:
     return (out / "results.md").read_text()
 
 
-def _lines():
-    runs = plan(build_parser().parse_args(["--preset", "reference"]))
-    return report.aggregate(read_results(REFERENCE, runs))
-
-
 def _section(text: str, title: str) -> str:
     return text.split(f"## {title}\n")[1].split("\n## ")[0]
 
@@ -48,9 +43,9 @@ def test_the_committed_results_md_is_the_reports(rebuilt: str) -> None:
 
 
 def test_readme_and_results_doc_hold_exactly_the_reports_tables() -> None:
-    lines = _lines()
-    readme = (ROOT / "README.md").read_text()
-    assert report.summary_table(lines) in readme
+    runs = plan(build_parser().parse_args(["--preset", "reference"]))
+    lines = report.aggregate(read_results(REFERENCE, runs))
+    assert report.summary_table(lines) in (ROOT / "README.md").read_text()
     results = (ROOT / "docs" / "results.md").read_text()
     regime = _section(report.regime_markdown(lines), "Regime")
     table = "\n".join(ln for ln in regime.splitlines() if ln.startswith("|"))
@@ -149,10 +144,8 @@ def test_each_ablation_row_is_set_against_its_controls() -> None:
 
 def test_activity_is_each_records_last_epoch(rebuilt: str) -> None:
     def last(folder: str, key: str, pick=lambda v: sum(v) / 3) -> float:
-        runs = [REFERENCE / "runs" / folder / f"seed{seed}" for seed in range(3)]
-        return pick(
-            [read_records(d / "record.jsonl", "epoch")[-1][f"train_attn_{key}"] for d in runs]
-        )
+        records = [REFERENCE / "runs" / folder / f"seed{s}" / "record.jsonl" for s in range(3)]
+        return pick([read_records(r, "epoch")[-1][f"train_attn_{key}"] for r in records])
 
     rows = [ln for ln in _section(rebuilt, "Regime").splitlines() if ln.startswith("| ")]
     regime = {ln.split(" | ")[0][2:]: ln.strip(" |").split(" | ") for ln in rows}

@@ -24,15 +24,11 @@ def _budget(tmp_path: Path, *sets: str, **kw) -> runner.Budget:
     return runner.Budget(tmp_path / "data" / "subset", "", 8, sets=sets, **kw)
 
 
-def _flat(cfg) -> dict:
-    def walk(node, prefix=""):
-        if isinstance(node, dict):
-            for k, v in node.items():
-                yield from walk(v, f"{prefix}{k}.")
-        else:
-            yield prefix[:-1], node
-
-    return dict(walk(OmegaConf.to_container(cfg, resolve=True)))
+def _flat(node, prefix="") -> dict:
+    """``{"a.b": leaf}`` of a config's container; lists are leaves."""
+    if not isinstance(node, dict):
+        return {prefix[:-1]: node}
+    return {k: v for key, val in node.items() for k, v in _flat(val, f"{prefix}{key}.").items()}
 
 
 LOSSES = dict(simclr="simclr", mocov3="mocov3", simclr_views="simclr_all_views")
@@ -44,8 +40,8 @@ def test_a_run_differs_from_its_shipped_config_only_where_its_overrides_say(tmp_
     prep = runner.prepare(Run(Row(method, m), 3, 2), _budget(tmp_path), tmp_path)
     assert prep.config == f"pretrain/cifar/{METHODS[method][1]}.yaml"
     with initialize_config_module("attnce_plugin.configs", version_base="1.2"):
-        shipped = _flat(compose(prep.config))
-    run = _flat(prep.resolved)
+        shipped = _flat(OmegaConf.to_container(compose(prep.config), resolve=True))
+    run = _flat(OmegaConf.to_container(prep.resolved, resolve=True))
     keys = {o.lstrip("+~").split("=")[0] for o in prep.overrides}
     changed = {k for k in shipped.keys() | run.keys() if shipped.get(k) != run.get(k)}
     explained = {k for k in changed if any(k == o or k.startswith(o + ".") for o in keys)}
@@ -78,12 +74,8 @@ def test_the_record_names_no_machine_folder_and_its_script_runs_anywhere(tmp_pat
     (prep.run_dir.parents[3]).rename(moved)
     folders = dict(REPO="/r", SOLO_LEARN="/s", DATA_CACHE="/d", PATH="/usr/bin:/bin")
     body = script.replace(" python3 ", " echo ")
-    done = subprocess.run(
-        ["sh", "-c", body, str(moved / "runs" / prep.run.key / "command.sh")],
-        env=folders,
-        capture_output=True,
-        text=True,
-    )
+    argv = ["sh", "-c", body, str(moved / "runs" / prep.run.key / "command.sh")]
+    done = subprocess.run(argv, env=folders, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "/s/main_pretrain.py" in done.stdout and "++data.val_path=/d/subset/val" in done.stdout
     assert f"++checkpoint.dir={moved}/runs/{prep.run.key}/ckpt" in done.stdout

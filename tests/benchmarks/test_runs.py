@@ -42,21 +42,21 @@ def test_ablation_rows_are_labelled_and_filed_as_the_old_harness_did() -> None:
     ]
     rows.append(parse_row("attentionnce_off:temperature=0.5", 4))
     runs = bench_runs(["attentionnce"], [0], 29, extra_m=(4,), time_matched=False, ablation=rows)
-    assert [(r.row.label, r.key) for r in runs[1:]] == [
-        ("AttentionNCE (M=4, d_pos=1, d_neg=1)", "ablation/AttentionNCE-M-4-d-pos-1-d-neg-1/seed0"),
-        (
-            "AttentionNCE (M=4, d_pos=1, d_neg=0.3, neg_weighting=importance)",
-            "ablation/AttentionNCE-M-4-d-pos-1-d-neg-0-3-neg-weighting-importance/seed0",
-        ),
-        (
-            "AttentionNCE, attention off (M=4, temperature=0.5)",
-            "ablation/AttentionNCE-attention-off-M-4-temperature-0-5/seed0",
-        ),
+    assert [r.row.label for r in runs[1:]] == [
+        "AttentionNCE (M=4, d_pos=1, d_neg=1)",
+        "AttentionNCE (M=4, d_pos=1, d_neg=0.3, neg_weighting=importance)",
+        "AttentionNCE, attention off (M=4, temperature=0.5)",
     ]
-    kwargs = ["d_pos=1.0", "d_neg=0.3", "neg_weighting=importance"]
+    assert [r.key for r in runs[1:]] == [
+        "ablation/AttentionNCE-M-4-d-pos-1-d-neg-1/seed0",
+        "ablation/AttentionNCE-M-4-d-pos-1-d-neg-0-3-neg-weighting-importance/seed0",
+        "ablation/AttentionNCE-attention-off-M-4-temperature-0-5/seed0",
+    ]
     assert runs[2].row.overrides == (
         "++views.num_positives=4",
-        *(f"++method_kwargs.{k}" for k in kwargs),
+        "++method_kwargs.d_pos=1.0",
+        "++method_kwargs.d_neg=0.3",
+        "++method_kwargs.neg_weighting=importance",
     )
     assert runs[0].row == Row("attentionnce", 4) and len(runs) == 4
     # a number's sign is spelled out: 1e+06 and 1e-06 file apart

@@ -43,12 +43,8 @@ def test_rows_are_the_shipped_configs_with_the_run_tables_switches(method, tmp_p
 
 
 def test_timing_interleaves_the_calls_and_takes_their_medians():
-    order = []
-
-    def call(name: str, seconds: float):
-        return lambda: (order.append(name), time.sleep(seconds))
-
-    calls = {"a": call("a", 0.0), "b": call("b", 0.01), "c": call("c", 0.03)}
+    order, delay = [], {"a": 0.0, "b": 0.01, "c": 0.03}
+    calls = {n: lambda n=n: (order.append(n), time.sleep(delay[n])) for n in delay}
     t = step_cost.time_interleaved(calls, 3, torch.device("cpu"))
     assert "".join(order) == "abcbcacab"  # each round starts at the next call
     assert t["a"] < 0.03 and t["b"] >= 0.01 and t["c"] >= 0.03

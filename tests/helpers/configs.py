@@ -30,10 +30,9 @@ def compose(path: str, overrides: Sequence[str] = ()):
 def compose_pretrain_cfg(
     config_name: str, train_path: Path, overrides: Sequence[str] = (), family: str = "cifar"
 ):
-    """Compose the shipped ``pretrain/<family>/<config_name>`` for a tiny in-process CPU model and
-    run it through solo-learn's ``parse_cfg`` wrapped by the plugin (crop roles set): small
-    projector, no validation, the multicrop configs' positive crops at 16 px; ``overrides`` last.
-    """
+    """The shipped ``pretrain/<family>/<config_name>`` for a tiny in-process CPU model (small
+    projector, no validation, multicrop positives at 16 px; ``overrides`` last), through
+    solo-learn's ``parse_cfg`` wrapped by the plugin (crop roles set)."""
     import solo.args.pretrain as solo_pretrain_args
 
     from attnce_plugin.seam import wrap_parse_cfg
@@ -50,12 +49,9 @@ def compose_pretrain_cfg(
 def batches(num_steps: int, num_crops: int, b: int = 4, size: int = 32, small: int = 16):
     """Fixed batches ``[indexes, [crops], targets]``: 2 anchors at ``size``, the rest ``small``."""
     g = torch.Generator().manual_seed(123)
-    out = []
+    sizes, out = [size] * 2 + [small] * (num_crops - 2), []
     for step in range(num_steps):
-        crops = [
-            torch.randn(b, 3, size if i < 2 else small, size if i < 2 else small, generator=g)
-            for i in range(num_crops)
-        ]
+        crops = [torch.randn(b, 3, s, s, generator=g) for s in sizes]
         out.append([torch.arange(b) + step * b, crops, torch.randint(0, 5, (b,), generator=g)])
     return out
 
@@ -71,9 +67,8 @@ def pretrain_argv(
     crop: int = 32,
 ) -> List[str]:
     """Command line of ``main_pretrain.py`` for a shipped config, shrunk to a CPU smoke run of 2
-    steps; with ``record``, the run's steps and epochs go to that JSON-lines file (the benchmark's
-    recorder, attached through ``diagnostics.callbacks``; ``benchmarks.recorder.read_records``).
-    """
+    steps; with ``record``, the benchmark's recorder (``diagnostics.callbacks``) writes the run's
+    steps and epochs to that JSON-lines file."""
     from attnce_plugin.configs import config_dir
     from attnce_plugin.install import solo_checkout_dir
 
@@ -86,13 +81,9 @@ def pretrain_argv(
         "++scheduler.warmup_epochs=0 method_kwargs.proj_hidden_dim=64 "
         f"method_kwargs.proj_output_dim=32 views.crop_size={crop}"
     ).split()
-    if "multicrop" in config_name:
-        argv.append("views.positive_crop_size=16")
-    if "mocov3" in config_name:
-        argv.append("method_kwargs.pred_hidden_dim=64")
+    argv += ["views.positive_crop_size=16"] if "multicrop" in config_name else []
+    argv += ["method_kwargs.pred_hidden_dim=64"] if "mocov3" in config_name else []
     if record is not None:
-        argv += [
-            "++diagnostics.callbacks.record._target_=benchmarks.recorder.RunRecorder",
-            f"++diagnostics.callbacks.record.path={record}",
-        ]
+        rec = "++diagnostics.callbacks.record"
+        argv += [f"{rec}._target_=benchmarks.recorder.RunRecorder", f"{rec}.path={record}"]
     return argv + [f"data.val_path={data['val']}" if validate else "~data.val_path"]

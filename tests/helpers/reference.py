@@ -6,9 +6,8 @@ these. alpha and beta are computed from detached similarities, which is how the 
 is differentiated (stop-gradient on the attention). ``neg_weighting="importance"`` puts beta
 outside the exponent (``beta * exp(n / tau)``) instead of in it (``exp(beta * n / tau)``), and
 :func:`hcl_row_loss` is HCL's estimator (Robinson et al., ICLR 2021, joshr17/HCL ``image/main.py``)
-as that paper writes it. ``log_space=True`` takes the same ratio as a
-log-sum-exp, for the cases where the published exp-space order overflows even float64.
-"""
+as that paper writes it. ``log_space=True`` takes the same ratio as a log-sum-exp, for the cases
+where the published exp-space order overflows even float64."""
 
 from __future__ import annotations
 

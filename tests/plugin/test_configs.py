@@ -21,7 +21,7 @@ from attnce_plugin.seam import register, wrap_parse_cfg  # noqa: E402
 
 PRETRAIN = sorted(p.relative_to(config_dir()) for p in (config_dir() / "pretrain").glob("*/*.yaml"))
 LINEAR = sorted(p.relative_to(config_dir()) for p in (config_dir() / "linear").glob("*/*.yaml"))
-#: The authors' attention scales per dataset family, and their M.
+#: The authors' attention scales (d_pos, d_neg) per dataset family.
 PAPER_SCALES = {"cifar": (1, 10), "stl10": (2, 0.5)}
 
 
@@ -48,18 +48,10 @@ def test_pretrain_config_builds_its_method(path, tiny_image_folder):
     assert cfg.data.num_small_crops == sum(p.num_crops for p in cfg.augmentations) - 2
     assert cfg.diagnostics.enabled is True
     if path.stem.endswith("_paper"):
-        assert (cfg.optimizer.name, cfg.optimizer.weight_decay, cfg.scheduler.name) == (
-            "adam",
-            1e-6,
-            "none",
-        )
-        assert (kw.projector, kw.proj_hidden_dim, kw.proj_output_dim, kw.temperature) == (
-            "mlp_bn",
-            512,
-            128,
-            0.5,
-        )
-        assert cfg.backbone.name == "cifar_resnet50" and str(cfg.precision) == "32"
+        opt = (cfg.optimizer.name, cfg.optimizer.weight_decay, cfg.scheduler.name)
+        assert opt == ("adam", 1e-6, "none") and cfg.backbone.name == "cifar_resnet50"
+        head = (kw.projector, kw.proj_hidden_dim, kw.proj_output_dim, kw.temperature)
+        assert head == ("mlp_bn", 512, 128, 0.5) and str(cfg.precision) == "32"
         assert kw.loss == ("simclr" if path.stem.startswith("simclr") else "attentionnce")
         assert {p.crop_size for p in cfg.augmentations} == {32}
     if path.parent.name in PAPER_SCALES and kw.loss == "attentionnce" and "mocov3" not in path.stem:
@@ -75,8 +67,5 @@ def test_linear_config_composes(path):
     assert cfg.pretrain_method == "attentionnce"
     if path.stem.endswith("_paper"):
         lr = 1e-2 if path.parent.name == "stl10" else 1e-3
-        assert (cfg.optimizer.name, cfg.optimizer.lr, cfg.backbone.name) == (
-            "adam",
-            lr,
-            "cifar_resnet50",
-        )
+        want = ("adam", lr, "cifar_resnet50")
+        assert (cfg.optimizer.name, cfg.optimizer.lr, cfg.backbone.name) == want

@@ -14,14 +14,10 @@ import torch
 import attnce_plugin.diagnostics as diag
 
 
-def _unit(x):
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
 def test_alignment_and_uniformity_against_loops():
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(7, 5)), rng.normal(size=(7, 5))
-    xu, yu = _unit(x), _unit(y)
+    xu, yu = (v / np.linalg.norm(v, axis=1, keepdims=True) for v in (x, y))
     want = np.mean([np.sum((xu[i] - yu[i]) ** 2) for i in range(7)])
     assert float(diag.alignment(torch.tensor(x), torch.tensor(y))) == pytest.approx(want)
     pairs = [np.exp(-2 * np.sum((xu[i] - xu[j]) ** 2)) for i in range(7) for j in range(i + 1, 7)]

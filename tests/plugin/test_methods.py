@@ -1,8 +1,6 @@
 """The methods in-process: solo-learn's own SimCLR and MoCo v3 reproduced step for step by the
 loss switches, the AttentionNCE step against the loss on a hand-made forward, the positives' paths.
-
-Need solo-learn >= 1.0.6; they FAIL, not skip, without it.
-"""
+Need solo-learn >= 1.0.6; they FAIL, not skip, without it."""
 
 from __future__ import annotations
 
@@ -22,12 +20,20 @@ import lightning.pytorch as pl  # noqa: E402
 import solo.methods  # noqa: E402
 from helpers.configs import batches as make_batches  # noqa: E402
 from helpers.configs import compose_pretrain_cfg  # noqa: E402
+from solo.backbones.vit.vit_mocov3 import VisionTransformerMoCo  # noqa: E402
 
 from attnce_plugin.losses import attentionnce_loss_func  # noqa: E402
 from attnce_plugin.methods import METHODS, AttentionNCE, MoCoV3AttentionNCE  # noqa: E402
 from attnce_plugin.methods.common import bn_running_stats_frozen  # noqa: E402
 
 pytestmark = pytest.mark.integration  # trains through solo-learn
+
+
+@pytest.fixture
+def pretrain_cfg(tiny_image_folder):
+    """``compose_pretrain_cfg`` on the tiny image folder: ``pretrain_cfg(config, *overrides)``."""
+    train = tiny_image_folder["train"]
+    return lambda config, *overrides: compose_pretrain_cfg(config, train, overrides)
 
 
 class _Steps(pl.Callback):
@@ -108,15 +114,12 @@ def test_solo_learns_loss_is_solo_learns_method_step_for_step(
 @pytest.mark.parametrize(
     "anchor,weighting", [("views", "logit"), ("mean", "logit"), ("views", "importance")]
 )
-def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, tiny_image_folder):
+def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, pretrain_cfg):
     """training_step's loss == the online classifier's loss + attentionnce_loss_func of the
     anchors' ``forward`` and the positives' ``multicrop_forward``, crop by crop; logged beside it,
     the anchor views' alignment and log(K + 1) minus that loss, K = V*b - V negatives."""
-    cfg = compose_pretrain_cfg(
-        "attentionnce.yaml",
-        tiny_image_folder["train"],
-        [f"+method_kwargs.anchor={anchor}", f"method_kwargs.neg_weighting={weighting}"],
-    )
+    overrides = [f"+method_kwargs.anchor={anchor}", f"method_kwargs.neg_weighting={weighting}"]
+    cfg = pretrain_cfg("attentionnce.yaml", *overrides)
     model = AttentionNCE(cfg).eval()  # eval: BatchNorm and the forwards are deterministic
     logged = {}
     model.log = lambda name, value, **kwargs: logged.update({name: value})
@@ -140,9 +143,8 @@ def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, tiny_i
     torch.testing.assert_close(logged["train_repr_alignment"], alignment)
 
 
-def test_batched_positives_equal_per_crop_in_eval_mode(tiny_image_folder):
-    cfg = compose_pretrain_cfg("attentionnce_multicrop.yaml", tiny_image_folder["train"])
-    model = AttentionNCE(cfg).eval()
+def test_batched_positives_equal_per_crop_in_eval_mode(pretrain_cfg):
+    model = AttentionNCE(pretrain_cfg("attentionnce_multicrop.yaml")).eval()
     crops = make_batches(1, 6, small=16)[0][1][2:]
     crops[1] = crops[1][:, :, :12, :12]  # two sizes: one forward per size
     calls: List[tuple] = []
@@ -156,10 +158,8 @@ def test_batched_positives_equal_per_crop_in_eval_mode(tiny_image_folder):
     torch.testing.assert_close(batched, per_crop)
 
 
-def test_positives_update_bn_false_keeps_running_statistics_to_the_anchors(tiny_image_folder):
-    model = AttentionNCE(
-        compose_pretrain_cfg("attentionnce_multicrop.yaml", tiny_image_folder["train"])
-    )
+def test_positives_update_bn_false_keeps_running_statistics_to_the_anchors(pretrain_cfg):
+    model = AttentionNCE(pretrain_cfg("attentionnce_multicrop.yaml"))
     bn = model.backbone.bn1
     before = bn.running_mean.clone()
     with bn_running_stats_frozen(model, True):
@@ -181,10 +181,10 @@ MOCO_NO_KEY = MOCO_SMALL + ["+method_kwargs.key_in_prototype=false"]
         (MoCoV3AttentionNCE, "mocov3_attentionnce.yaml", MOCO_NO_KEY),
     ],
 )
-def test_every_learnable_parameter_gets_a_gradient(cls, config, overrides, tiny_image_folder):
+def test_every_learnable_parameter_gets_a_gradient(cls, config, overrides, pretrain_cfg):
     """And, for MoCo, solo-learn's momentum update (BaseMomentumMethod.on_train_batch_end) still
     runs after our training_step."""
-    model = cls(compose_pretrain_cfg(config, tiny_image_folder["train"], overrides))
+    model = cls(pretrain_cfg(config, *overrides))
     momentum = getattr(model, "momentum_backbone", None)
     before = [p.clone() for p in momentum.parameters()] if momentum is not None else []
     steps = _fit(model, make_batches(2, 6))
@@ -194,12 +194,9 @@ def test_every_learnable_parameter_gets_a_gradient(cls, config, overrides, tiny_
         assert not all(torch.equal(a, b) for a, b in zip(before, momentum.parameters()))
 
 
-def test_attention_logged_every_k_batches_and_callbacks_built(tiny_image_folder):
-    overrides = [
-        "+method_kwargs.attention_log_every=2",
-        "+diagnostics.callbacks.steps._target_=lightning.pytorch.callbacks.Timer",
-    ]
-    cfg = compose_pretrain_cfg("attentionnce.yaml", tiny_image_folder["train"], overrides)
+def test_attention_logged_every_k_batches_and_callbacks_built(pretrain_cfg):
+    timer = "+diagnostics.callbacks.steps._target_=lightning.pytorch.callbacks.Timer"
+    cfg = pretrain_cfg("attentionnce.yaml", "+method_kwargs.attention_log_every=2", timer)
     model = AttentionNCE(cfg)
     kinds = sorted(type(c).__name__ for c in model.configure_callbacks())
     assert kinds == ["AttentionDiagnostics", "Timer"]
@@ -215,21 +212,14 @@ def test_attention_logged_every_k_batches_and_callbacks_built(tiny_image_folder)
     assert {f"train_attn_{k}" for k in mechanism} <= seen[0]
 
 
-def test_wrong_crop_count_is_named(tiny_image_folder):
-    model = AttentionNCE(compose_pretrain_cfg("attentionnce.yaml", tiny_image_folder["train"]))
+def test_wrong_crop_count_is_named(pretrain_cfg):
+    model = AttentionNCE(pretrain_cfg("attentionnce.yaml"))
     with pytest.raises(ValueError, match="5 crops.*2 anchors.*4 positives"):
         model.training_step(make_batches(1, 5, small=32)[0], 0)
 
 
-def test_moco_form_builds_solo_learns_mocov3_vit(tiny_image_folder):
-    from solo.backbones.vit.vit_mocov3 import VisionTransformerMoCo
-
-    overrides = (
-        "backbone.name=vit_tiny method_kwargs.pred_hidden_dim=32 ++backbone.kwargs.img_size=32"
-    )
-    cfg = compose_pretrain_cfg(
-        "mocov3_attentionnce.yaml", tiny_image_folder["train"], overrides.split()
-    )
-    model = MoCoV3AttentionNCE(cfg)
+def test_moco_form_builds_solo_learns_mocov3_vit(pretrain_cfg):
+    vit = "backbone.name=vit_tiny ++backbone.kwargs.img_size=32 method_kwargs.pred_hidden_dim=32"
+    model = MoCoV3AttentionNCE(pretrain_cfg("mocov3_attentionnce.yaml", *vit.split()))
     assert isinstance(model.backbone, VisionTransformerMoCo)
     assert isinstance(model.momentum_backbone, VisionTransformerMoCo)

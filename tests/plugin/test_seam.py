@@ -14,6 +14,7 @@ from attnce_plugin.install import require_solo, solo_checkout_dir
 
 require_solo()
 
+import solo.args.linear  # noqa: E402
 import solo.args.pretrain as pretrain_args  # noqa: E402
 import solo.methods  # noqa: E402
 from helpers.configs import compose  # noqa: E402
@@ -136,8 +137,6 @@ def test_wrapper_sets_the_crop_roles_only(tiny_image_folder):
 
 
 def test_callback_wraps_only_main_pretrains_parse_cfg():
-    import solo.args.linear
-
     pretrain = {"parse_cfg": pretrain_args.parse_cfg}
     linear = {"parse_cfg": solo.args.linear.parse_cfg}
     callback = SoloLearnCallback()

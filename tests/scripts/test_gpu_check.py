@@ -76,8 +76,7 @@ def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
     assert list(summary) == names and all(summary[n][1] == "0" for n in names), summary
     assert "torchmetrics 0.11.4" in (out / "env.log").read_text()  # the bundle's, first on the path
     assert "\ntests: 1 passed" in (out / "summary.md").read_text()  # the verdict comes back there
-    for precision in ("32-true", "bf16-mixed"):
-        name = "step_cost_32" if precision == "32-true" else "step_cost_bf16-mixed"
+    for name, precision in (("step_cost_32", "32-true"), ("step_cost_bf16-mixed", "bf16-mixed")):
         rows = _table_rows(out / f"{name}.md")
         assert [r[0] for r in rows] == ["simclr", "bound", "attentionnce", "bound"]
         assert {r[2] for r in rows} == {precision}
