@@ -44,13 +44,10 @@ def _list(kind: type) -> Callable[[str], tuple]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        "python3 -m benchmarks",
-        description=__doc__,
-        epilog="Options left out take the preset's values. Arguments after '--' go unchanged to "
-        "every run.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = argparse.ArgumentParser("python3 -m benchmarks", description=__doc__)
+    p.formatter_class = argparse.RawDescriptionHelpFormatter  # the docstring's layout, kept
+    p.epilog = "Options left out take the preset's values. Arguments after '--' go unchanged to "
+    p.epilog += "every run."
     add = p.add_argument
     presets = "; ".join(f"{k}: {v.description}" for k, v in table.PRESETS.items())
     add("--preset", default="default", choices=list(table.PRESETS), help=presets)
@@ -107,13 +104,12 @@ def make_budget(args: argparse.Namespace, out: Path) -> runner.Budget:
     n_train, n_val = args.num_train or preset.num_train, args.num_val or preset.num_val
     cache = Path(args.data_cache).resolve() if args.data_cache else out / "data"
     data = prepare_fashion_mnist(cache, n_train, n_val, image_size=runner.CROP)
-    note = (
-        f"Fashion-MNIST (Debian dataset-fashion-mnist): {n_train} training images (class-"
-        f"stratified subset of the 60,000), {n_val} validation images (of the 10,000 test "
-        f"images), {runner.CROP} px RGB"
-    )
-    batch = args.batch_size or preset.batch_size
-    return runner.Budget(data, note, batch, preset.crop_min_scale, sets, args.overrides)
+    note = f"Fashion-MNIST (Debian dataset-fashion-mnist): {n_train} training images (class-"
+    note += f"stratified subset of the 60,000), {n_val} validation images (of the 10,000 test "
+    note += f"images), {runner.CROP} px RGB"
+    batch, keep = args.batch_size or preset.batch_size, args.keep_checkpoints
+    scale, probe = preset.crop_min_scale, args.offline_probe
+    return runner.Budget(data, note, batch, scale, sets, args.overrides, probe, keep)
 
 
 def machine() -> str:
@@ -123,15 +119,12 @@ def machine() -> str:
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     names = ("solo-learn", "lightning", "torchmetrics", "hydra-core")
-    return (
-        f"{runner.cpu_name()}, {os.cpu_count()} CPU cores visible, {gpu}; Python "
-        f"{sys.version.split()[0]}, torch {torch.__version__}, "
-        + ", ".join(f"{n} {version(n)}" for n in names)
-    )
+    text = f"{runner.cpu_name()}, {os.cpu_count()} CPU cores visible, {gpu}; Python "
+    text += f"{sys.version.split()[0]}, torch {torch.__version__}, "
+    return text + ", ".join(f"{n} {version(n)}" for n in names)
 
 
 def reference_tables() -> str:
-    """The committed reference preset's summary and verdicts, rebuilt from its records."""
     runs = plan(build_parser().parse_args(["--preset", "reference"]))
     lines = report.aggregate(read_results(REFERENCE, runs))
     title = "# The real result: the reference preset (6,000 images, 29 epochs, 3 seeds), rebuilt "
@@ -143,7 +136,6 @@ def reference_tables() -> str:
 
 
 def bench(args: argparse.Namespace, command: str) -> int:
-    """0 when every run succeeded, 1 when some failed."""
     started = time.perf_counter()
     out, preset = Path(args.out).resolve(), table.PRESETS[args.preset]
     if args.report_only:
@@ -156,11 +148,9 @@ def bench(args: argparse.Namespace, command: str) -> int:
         from attnce_plugin.install import require_solo
 
         require_solo()
-        runs = plan(args)
-        budget = make_budget(args, out)
+        runs, budget = plan(args), make_budget(args, out)
         print(f"benchmarks: {len(runs)} runs; output in {out}", file=sys.stderr)
-        keep = args.keep_checkpoints
-        results = runner.execute(runs, budget, out, args.offline_probe, args.dry_run, keep)
+        results = runner.execute(runs, budget, out, args.dry_run)
         if args.dry_run:
             return 0
         if args.references and args.offline_probe:

@@ -51,8 +51,7 @@ def stratified_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
     Fashion-MNIST's equal classes do)."""
     if not 0 < n <= labels.shape[0]:
         raise ValueError(f"subset size {n} must be in [1, {labels.shape[0]}]")
-    rng = np.random.default_rng(seed)
-    classes = np.unique(labels)
+    rng, classes = np.random.default_rng(seed), np.unique(labels)
     per_class = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
     c = len(classes)
     return np.sort(np.concatenate([p[: n // c + (i < n % c)] for i, p in enumerate(per_class)]))

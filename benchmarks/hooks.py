@@ -29,8 +29,7 @@ class ValidateAtTrainSize(HydraCallback):
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         """solo-learn's ``build_custom_pipeline`` at ``size`` px (``prepare_transforms`` looks it
-        up in the module's globals when called); T_train serves main_linear.py only, not run
-        here."""
+        up in the module's globals when called); T_train serves main_linear.py only."""
         import solo.data.classification_dataloader as cls_data
         from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 

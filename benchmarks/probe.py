@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from omegaconf import OmegaConf
+from torch import Tensor
 
 from attnce_plugin.diagnostics import effective_rank, uniformity
 
@@ -23,42 +24,32 @@ HEALTH_MAX_SAMPLES = 2048  # uniformity is O(n^2)
 
 
 def backbone(args_path: Path, ckpt: Optional[Path] = None, seed: int = 0) -> nn.Module:
-    """The backbone of a run's config (``args.json``, the parsed config that solo-learn's
-    Checkpointer writes beside a checkpoint) on the CPU: the checkpoint's, or untrained (initialised
-    under ``seed``) without one."""
+    """On the CPU, the backbone of ``args.json`` (the parsed config solo-learn's Checkpointer
+    writes beside a checkpoint): the checkpoint's, or untrained (under ``seed``) without one."""
     from solo.methods import METHODS
 
     from attnce_plugin import register
 
     register()
     cfg = OmegaConf.create(json.loads(Path(args_path).read_text()))
-    if ckpt is not None:
-        cls = METHODS[cfg.method]
-        model = cls.load_from_checkpoint(str(ckpt), strict=False, cfg=cfg, map_location="cpu")
-        return model.backbone.eval()
-    torch.manual_seed(seed)
-    return METHODS[cfg.method](cfg).backbone.eval()
+    cls, load = METHODS[cfg.method], dict(strict=False, cfg=cfg, map_location="cpu")
+    torch.manual_seed(seed)  # the untrained backbone's weights (and any a checkpoint lacks)
+    model = cls(cfg) if ckpt is None else cls.load_from_checkpoint(str(ckpt), **load)
+    return model.backbone.eval()
 
 
 @torch.no_grad()
-def extract_features(
-    backbone: nn.Module, folder: Path, size: int, mean: Sequence[float], std: Sequence[float]
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Features [N, D] (float32) and labels [N] of an image folder, un-augmented."""
+def extract_features(backbone: nn.Module, folder: Path, transform: Any) -> Tuple[Tensor, Tensor]:
+    """float32 features [N, D] and labels [N] of an image folder."""
     from torch.utils.data import DataLoader
     from torchvision import datasets
 
-    from benchmarks.hooks import val_transform
-
-    feats, labels = [], []
-    t = val_transform(size, mean, std)
-    for x, y in DataLoader(datasets.ImageFolder(str(folder), t), batch_size=256):
-        feats.append(backbone(x).float().flatten(1))
-        labels.append(y)
+    loader = DataLoader(datasets.ImageFolder(str(folder), transform), batch_size=256)
+    feats, labels = zip(*((backbone(x).float().flatten(1), y) for x, y in loader))
     return torch.cat(feats), torch.cat(labels)
 
 
-def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> nn.Linear:
+def fit_logistic(x: Tensor, y: Tensor, classes: int, l2: float) -> nn.Linear:
     """Softmax regression by full-batch L-BFGS from zero weights: mean cross-entropy plus
     ``0.5 * l2 * ||W||^2``."""
     clf = nn.Linear(x.shape[1], classes)
@@ -68,7 +59,7 @@ def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> n
         clf.parameters(), max_iter=200, history_size=20, line_search_fn="strong_wolfe"
     )
 
-    def closure() -> torch.Tensor:
+    def closure() -> Tensor:
         opt.zero_grad()
         loss = F.cross_entropy(clf(x), y) + 0.5 * l2 * clf.weight.pow(2).sum()
         loss.backward()
@@ -78,7 +69,7 @@ def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> n
     return clf
 
 
-def holdout_split(y: torch.Tensor, fraction: float, seed: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def holdout_split(y: Tensor, fraction: float, seed: int) -> Tuple[Tensor, Tensor]:
     """Stratified (fit, holdout) indexes of ``y``."""
     g = torch.Generator().manual_seed(seed)
     fit, hold = [], []
@@ -92,7 +83,7 @@ def holdout_split(y: torch.Tensor, fraction: float, seed: int) -> Tuple[torch.Te
 
 
 def linear_probe(
-    train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
+    train_x: Tensor, train_y: Tensor, val_x: Tensor, val_y: Tensor
 ) -> Tuple[float, float]:
     """(val top-1 %, chosen L2): the L2 of ``L2_GRID`` best on a hold-out of the train features
     (ties go to the stronger one), then refit on all of them; features standardised."""
@@ -102,7 +93,7 @@ def linear_probe(
     fit, hold = holdout_split(train_y, 0.2, seed=0)
 
     @torch.no_grad()
-    def accuracy(clf: nn.Linear, x: torch.Tensor, y: torch.Tensor) -> float:
+    def accuracy(clf: nn.Linear, x: Tensor, y: Tensor) -> float:
         return float((clf(x).argmax(1) == y).float().mean()) * 100.0
 
     def score(l2: float) -> Tuple[float, float]:
@@ -113,28 +104,22 @@ def linear_probe(
     return accuracy(fit_logistic(tx, train_y, classes, best), vx, val_y), best
 
 
-def knn_accuracy(
-    train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
-) -> float:
+def knn_accuracy(train_x: Tensor, train_y: Tensor, val_x: Tensor, val_y: Tensor) -> float:
     """Top-1 % of solo-learn's online kNN classifier (k = 20, T = 0.07, cosine): the 20 most
     similar train features vote, each with weight exp(similarity / T). It counts the classes in
     ``val_y``, so every class must have a val image (ImageFolder refuses an empty class)."""
     from solo.utils.knn import WeightedKNNClassifier
 
     knn = WeightedKNNClassifier(k=20, T=0.07, distance_fx="cosine")
-    knn.update(
-        train_features=train_x, train_targets=train_y, test_features=val_x, test_targets=val_y
-    )
+    knn.update(train_x, train_y, val_x, val_y)
     return float(knn.compute()[0])
 
 
-def probe_backbone(
-    backbone: nn.Module, data: Path, image_size: int, mean: Sequence[float], std: Sequence[float]
-) -> Dict[str, float]:
+def probe_backbone(backbone: nn.Module, data: Path, transform: Any) -> Dict[str, float]:
     """The offline columns of a result: linear probe, kNN and health of frozen features of the
     images in ``data/train`` and ``data/val``."""
-    tr_x, tr_y = extract_features(backbone.cpu(), data / "train", image_size, mean, std)
-    va_x, va_y = extract_features(backbone, data / "val", image_size, mean, std)
+    tr_x, tr_y = extract_features(backbone.cpu(), data / "train", transform)
+    va_x, va_y = extract_features(backbone, data / "val", transform)
     acc, l2 = linear_probe(tr_x, tr_y, va_x, va_y)
     keep = torch.randperm(len(va_x), generator=torch.Generator().manual_seed(0))
     # random rows (the folders are sorted by class); all of them when they are few
@@ -148,13 +133,15 @@ def probe_backbone(
     }
 
 
-def probe_settings(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """Image size and normalisation of a run's config, read off solo-learn's own
-    ``build_transform_pipeline`` for the first (anchor) pipeline."""
+def probe_transform(cfg: Dict[str, Any]) -> Any:
+    """The images' transform at a run's crop size and normalisation, the latter read off
+    solo-learn's own ``build_transform_pipeline`` for the first (anchor) pipeline."""
     from solo.data.pretrain_dataloader import build_transform_pipeline
     from torchvision import transforms
+
+    from benchmarks.hooks import val_transform
 
     first = OmegaConf.create(cfg["augmentations"][0])
     pipeline = build_transform_pipeline(cfg["data"]["dataset"], first)
     norm = next(t for t in pipeline.transforms if isinstance(t, transforms.Normalize))
-    return {"image_size": int(first["crop_size"]), "mean": tuple(norm.mean), "std": tuple(norm.std)}
+    return val_transform(int(first["crop_size"]), tuple(norm.mean), tuple(norm.std))

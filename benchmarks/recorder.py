@@ -40,7 +40,6 @@ def read_records(path: Path, event: Optional[str] = None) -> List[Dict[str, Any]
 
 
 def _scalar(value: Any) -> Optional[float]:
-    """A one-element tensor or a real number as a float, else None."""
     if isinstance(value, torch.Tensor):
         return float(value.detach().float().cpu()) if value.numel() == 1 else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
@@ -51,8 +50,6 @@ def _json(value: float) -> Optional[float]:
 
 
 class RunRecorder(Callback):
-    """Append the run's timing and metrics to ``path`` as JSON lines (see the module docstring)."""
-
     def __init__(self, path: Union[str, Path]) -> None:
         if not str(path):
             raise ValueError("RunRecorder needs a file path, got an empty one")
@@ -149,10 +146,8 @@ class RunRecorder(Callback):
             "val_seconds": self._val_seconds,
             **self._peaks(pl_module),
         }
-        for key, value in trainer.callback_metrics.items():
-            number = _scalar(value)
-            if number is not None and key not in record:
-                record[key] = _json(number)
+        metrics = {k: _scalar(v) for k, v in trainer.callback_metrics.items() if k not in record}
+        record.update({k: _json(v) for k, v in metrics.items() if v is not None})
         self._write(trainer, *steps, record)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:

@@ -9,7 +9,7 @@ import json
 import math
 import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -28,7 +28,6 @@ def table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def section(title: str, *blocks: str) -> str:
-    """A ``## title`` section of markdown blocks, each followed by an empty line."""
     return "\n".join([f"## {title}", ""] + [x for block in blocks for x in (block, "")])
 
 
@@ -80,11 +79,11 @@ def holm(pvalues: Sequence[float], alpha: float = ALPHA) -> List[bool]:
 
 #: The attention's activity and mechanism at the end of training: record key, column title.
 ACTIVITY = (
-    ("eff_num_positives", "eff. positives"),
-    ("eff_num_negatives", "eff. negatives"),
-    ("max_beta", "max beta"),
-    ("push_ratio", "R (push / pull)"),
-    ("argmax_same_class", "hardest negative same class"),
+    ("train_attn_eff_num_positives", "eff. positives"),
+    ("train_attn_eff_num_negatives", "eff. negatives"),
+    ("train_attn_max_beta", "max beta"),
+    ("train_attn_push_ratio", "R (push / pull)"),
+    ("train_attn_argmax_same_class", "hardest negative same class"),
 )
 #: The representation at the end of training, from the diagnostics: record key, column title.
 HEALTH = (
@@ -94,47 +93,49 @@ HEALTH = (
     ("val_repr_z_eff_rank", "z eff. rank"),
     ("train_nce_loss", "train loss (nats)"),
 )
+BETA = "train_attn_max_beta"
+#: The keys of a run's last epoch record that its line averages: P and K (the positives and
+#: negatives per anchor), the activity, the health.
+RECORDED = ["train_attn_num_positives", "train_attn_num_negatives", *dict(ACTIVITY), *dict(HEALTH)]
 
 
 def activity(run_dir: str) -> Dict[str, float]:
-    """The last epoch's attention (``train_attn_*``, with P and K, the positives and negatives per
-    anchor) and diagnostics of a run. Records before the methods logged P and K give them from
-    the run's config."""
-    folder = Path(run_dir or "/nonexistent")
-    if not (folder / "record.jsonl").is_file():
-        return {}
-    records = read_records(folder / "record.jsonl")
-    last = next((r for r in reversed(records) if r.get("event") == "epoch"), {})
-    keys = [f"train_attn_{k}" for k, _ in ACTIVITY] + [k for k, _ in HEALTH]
-    keys += ["train_attn_num_positives", "train_attn_num_negatives"]
-    found = {k.replace("train_attn_", ""): last.get(k, last.get(f"{k}_epoch")) for k in keys}
-    if found["max_beta"] is None:
-        return {k: v for k, v in found.items() if v is not None}
-    if found["num_negatives"] is None:
+    """The ``RECORDED`` values of a run's last epoch. Records before the methods logged P and K give
+    them from the run's config."""
+    path = Path(run_dir, "record.jsonl")
+    last = (read_records(path, "epoch") or [{}])[-1] if run_dir and path.is_file() else {}
+    found = {k: last.get(k, last.get(f"{k}_epoch")) for k in RECORDED}
+    if found[BETA] is not None and found[RECORDED[1]] is None:
         from omegaconf import OmegaConf
 
-        cfg = OmegaConf.load(folder / "config.yaml")
+        cfg = OmegaConf.load(path.parent / "config.yaml")
         b, m = int(cfg.optimizer.batch_size), int(cfg.views.num_positives)
         moco = cfg.method == "mocov3_attentionnce"
-        found["num_positives"] = m + 1 if moco else m
-        found["num_negatives"] = b - 1 if moco else 2 * b - 2
+        found.update(zip(RECORDED, (m + 1, b - 1) if moco else (m, 2 * b - 2)))
     return {k: v for k, v in found.items() if v is not None}
 
 
 @dataclass
 class Line:
-    """One row of a table: a (comparison, label) over its seeds."""
+    """One row of a table, a (comparison, label): its successful runs, its failed seeds."""
 
     comparison: str
     label: str
-    seeds: List[int]
+    ok: List[Result]
     failed: List[int]
-    epochs: List[int]
-    stats: Dict[str, MeanStd]
-    per_seed: Dict[str, Dict[int, float]]
-    commits: List[str]
-    run_dirs: List[str]
+    stats: Dict[str, MeanStd] = field(default_factory=dict)
     row: Optional[Row] = None
+
+    @property
+    def seeds(self) -> List[int]:
+        return [int(r["seed"]) for r in self.ok]
+
+    @property
+    def epochs(self) -> str:
+        return _joined(sorted({int(r["epochs"]) for r in self.ok})) or "-"
+
+    def per_seed(self, key: str) -> Dict[int, float]:
+        return {int(r["seed"]): r[key] for r in self.ok if r.get(key) is not None}
 
 
 PROBES = (("offline_acc1", "linear"), ("offline_knn_acc1", "kNN"))
@@ -154,33 +155,23 @@ def _provenance(result: Result) -> str:
 
 def aggregate(results: Iterable[Result]) -> List[Line]:
     """Results grouped by (comparison, label) in first-seen order: mean ± std over the successful
-    seeds of every number, the max peak memory, the attention's activity, the training commits."""
+    seeds of every number and of the attention's activity, the max peak memory."""
     groups: Dict[Tuple[str, str], List[Result]] = {}
     for r in results:
         groups.setdefault((r["comparison"], r["label"]), []).append(r)
     lines = []
     for (comparison, label), runs in groups.items():
         ok = [r for r in runs if r["status"] == "ok"]
-        seeds = [int(r["seed"]) for r in ok]
-        per_seed = {
-            a: {s: r[a] for s, r in zip(seeds, ok) if r.get(a) is not None} for a in NUMBERS
-        }
-        stats = {a: mean_std(per_seed[a].values()) for a in NUMBERS}
-        acts = [activity(r.get("run_dir", "")) for r in ok]
-        keys = [k for k, _ in ACTIVITY] + [k.replace("train_attn_", "") for k, _ in HEALTH]
-        for key in keys + ["num_positives", "num_negatives"]:
-            stats[key] = mean_std(a.get(key) for a in acts)
-        if stats["max_beta"][0] is not None:  # the max over seeds, as each record's is a max
-            stats["max_beta"] = (max(a["max_beta"] for a in acts if "max_beta" in a), None)
+        line = Line(comparison, label, ok, [int(r["seed"]) for r in runs if r["status"] != "ok"])
+        line.row = row_of(ok[0]) if ok and comparison == "ablation" else None
+        stats, acts = line.stats, [activity(r.get("run_dir", "")) for r in ok]
+        stats.update({a: mean_std(line.per_seed(a).values()) for a in NUMBERS})
+        stats.update({k: mean_std(a.get(k) for a in acts) for k in RECORDED})
+        if stats[BETA][0] is not None:  # the max over seeds, as each record's is a max
+            stats[BETA] = (max(a[BETA] for a in acts if BETA in a), None)
         mems = [r["peak_mem_mib"] for r in ok if r.get("peak_mem_mib") is not None]
         stats["peak_mem_mib"] = (max(mems) if mems else None, None)
-        failed = [int(r["seed"]) for r in runs if r["status"] != "ok"]
-        epochs, dirs = sorted({int(r["epochs"]) for r in ok}), [r.get("run_dir", "") for r in ok]
-        commits = sorted({_provenance(r) for r in ok})
-        row = row_of(ok[0]) if ok and comparison == "ablation" else None
-        lines.append(
-            Line(comparison, label, seeds, failed, epochs, stats, per_seed, commits, dirs, row)
-        )
+        lines.append(line)
     return lines
 
 
@@ -191,12 +182,11 @@ def _seeds(line: Line) -> str:
 
 def _activity_cells(line: Line) -> List[str]:
     """Effective positives of P, negatives of K, max beta, R, same-class; "-" for other rows."""
-    s = line.stats
-    if s["max_beta"][0] is None:
+    s = {k: mean for k, (mean, _) in line.stats.items()}
+    if s[BETA] is None:
         return ["-"] * len(ACTIVITY)
-    p, k = (int(round(s[x][0])) for x in ("num_positives", "num_negatives"))
-    cells = [f"{s['eff_num_positives'][0]:.2f} of {p}", f"{s['eff_num_negatives'][0]:.2f} of {k}"]
-    return cells + ["n/a" if s[key][0] is None else f"{s[key][0]:.2f}" for key, _ in ACTIVITY[2:]]
+    cells = [f"{s[k]:.2f} of {round(s[n])}" for (k, _), n in zip(ACTIVITY[:2], RECORDED)]
+    return cells + ["n/a" if s[k] is None else f"{s[k]:.2f}" for k, _ in ACTIVITY[2:]]
 
 
 def runs_table(lines: Sequence[Line]) -> str:
@@ -208,8 +198,8 @@ def runs_table(lines: Sequence[Line]) -> str:
         cells = [fmt(r.stats[a], 2 if a == "offline_uniformity" else 1) for a in NUMBERS[:6]]
         cells += [fmt((r.stats["seconds_per_epoch"][0], None), 1)]
         cells += [fmt((r.stats["train_seconds"][0], None), 0), fmt(r.stats["peak_mem_mib"], 0)]
-        body.append([r.label, r.comparison, _joined(r.epochs) or "-", _seeds(r), *cells])
-        body[-1].append(", ".join(r.commits) or "-")
+        trained_by = ", ".join(sorted({_provenance(x) for x in r.ok})) or "-"
+        body.append([r.label, r.comparison, r.epochs, _seeds(r), *cells, trained_by])
     return table(head, body)
 
 
@@ -220,7 +210,7 @@ def summary_table(lines: Sequence[Line]) -> str:
         act = _activity_cells(r)
         cell = "-" if act[0] == "-" else f"{act[0]} pos., {act[1]} neg., max beta {act[2]}"
         probes = [fmt(r.stats[m], 2) for m, _ in PROBES]
-        body.append([r.label, _joined(r.epochs), _seeds(r), *probes, cell])
+        body.append([r.label, r.epochs, _seeds(r), *probes, cell])
     return table(["method", "epochs", "seeds", "offline linear", "offline kNN", "attention"], body)
 
 
@@ -229,18 +219,13 @@ def summary_table(lines: Sequence[Line]) -> str:
 STEP1, STEP2 = 3.0, 2.0
 
 
-def _gap(a: Optional[float], b: Optional[float]) -> Optional[float]:
-    # Rounded so that float32 noise cannot decide a bar (83.99999737 - 81.99999928 is 2).
-    return None if a is None or b is None else round(a - b, 4)
-
-
 def _references(lines: Sequence[Line], seeds: Optional[Sequence[int]] = None) -> List[MeanStd]:
     """Untrained linear, kNN (over ``seeds``, all by default), pixels linear, kNN."""
     by = {r.label: r for r in lines if r.comparison == "reference"}
     out = []
     for label in (UNTRAINED, PIXELS):
         for metric, _ in PROBES:
-            vals = by[label].per_seed[metric] if label in by else {}
+            vals = by[label].per_seed(metric) if label in by else {}
             pick = seeds if label == UNTRAINED and seeds is not None else list(vals)
             out.append(mean_std(vals[s] for s in pick if s in vals))
     return out
@@ -253,10 +238,12 @@ def regime_markdown(lines: Sequence[Line]) -> str:
     for r in (r for r in lines if r.seeds and r.comparison != "reference"):
         lin, knn = (r.stats[m] for m, _ in PROBES)
         u_lin, u_knn, p_lin, _ = _references(lines, r.seeds)
-        gaps = [_gap(lin[0], u_lin[0]), _gap(knn[0], u_knn[0]), _gap(lin[0], p_lin[0])]
+        # Rounded so that float32 noise cannot decide a bar (83.99999737 - 81.99999928 is 2).
+        pairs = ((lin[0], u_lin[0]), (knn[0], u_knn[0]), (lin[0], p_lin[0]))
+        gaps = [None if None in ab else round(ab[0] - ab[1], 4) for ab in pairs]
         step1 = "n/a" if None in gaps[:2] else "yes" if min(gaps[:2]) >= STEP1 else "no"
         step2 = "n/a" if gaps[2] is None else "yes" if gaps[2] >= STEP2 else "no"
-        body.append([r.label, _joined(r.epochs), _joined(r.seeds), fmt(lin, 2), fmt(knn, 2)])
+        body.append([r.label, r.epochs, _joined(r.seeds), fmt(lin, 2), fmt(knn, 2)])
         body[-1] += ["n/a" if g is None else f"{g:+.2f}" for g in gaps]
         body[-1] += [step1, step2, *_activity_cells(r)]
     u_lin, u_knn, p_lin, p_knn = _references(lines)
@@ -279,8 +266,7 @@ def regime_markdown(lines: Sequence[Line]) -> str:
 
 
 def mechanism_markdown(lines: Sequence[Line]) -> str:
-    """The representation and the push at the end of training of every row with diagnostics."""
-    keys = [k.replace("train_attn_", "") for k, _ in HEALTH]
+    keys = [k for k, _ in HEALTH]
     body = [
         [r.label, _joined(r.seeds), *[fmt(r.stats[k], 3 if k == keys[0] else 2) for k in keys]]
         for r in lines
@@ -309,36 +295,34 @@ def comparisons(lines: Sequence[Line]) -> List[Tuple[str, Line, Line]]:
 
 
 def verdicts_markdown(lines: Sequence[Line]) -> str:
-    """One line per comparison and probe with its one statistic: the paired 95 % interval, real
-    when it excludes 0, marked where it survives Holm's correction over every paired line; and the
-    count of comparisons. "" when no comparison has both rows."""
+    """A line per comparison and probe: the paired 95 % interval, real when it excludes 0, marked
+    where it survives Holm's correction over every paired line; the counts. "" without pairs."""
     pairs = comparisons(lines)
     if not pairs:
         return ""
-    tests = [[paired(a.per_seed[m], b.per_seed[m]) for m, _ in PROBES] for _, a, b in pairs]
+    tests = [[paired(a.per_seed(m), b.per_seed(m)) for m, _ in PROBES] for _, a, b in pairs]
     flat = [s for row in tests for s in row if s is not None]
-    survives = holm([s["p"] for s in flat])
+    for s, survives in zip(flat, holm([s["p"] for s in flat])):
+        s.update(real=abs(s["mean"]) > s["half"], holm=survives)
     out = []
     for (question, a, b), row in zip(pairs, tests):
         parts = []
         for (metric, name), s in zip(PROBES, row):
-            if s is None:
-                common = sorted(set(a.per_seed[metric]) & set(b.per_seed[metric]))
-                gap = [a.per_seed[metric][k] - b.per_seed[metric][k] for k in common]
+            if s is None:  # under 2 common seeds
+                x, y = a.per_seed(metric), b.per_seed(metric)
+                gap = [x[k] - y[k] for k in x if k in y]
                 parts.append(f"{name} {gap[0]:+.2f}, one seed: no test" if gap else f"{name} n/a")
                 continue
-            real = abs(s["mean"]) > s["half"]
-            holm_ok = survives[next(i for i, x in enumerate(flat) if x is s)]
-            mark = (", real" + (", survives Holm" if holm_ok else "")) if real else ", not shown"
-            more = "; |t| > 2: seeds 3 and 4 asked" if not real and abs(s["t"]) > 2 else ""
+            mark = (", real" + ", survives Holm" * s["holm"]) if s["real"] else ", not shown"
+            more = "; |t| > 2: seeds 3 and 4 asked" if not s["real"] and abs(s["t"]) > 2 else ""
             parts.append(
                 f"{name} {s['mean']:+.2f} ± {s['half']:.2f} (95 % half-width, {s['n']} seeds, "
                 f"t = {s['t']:+.2f}){mark}{more}"
             )
         out.append(f"- {question} {a.label} minus {b.label}: {'; '.join(parts)}.")
     head = ["lines (comparison x probe)", "paired (2+ common seeds)", "interval excludes 0"]
-    real = sum(abs(s["mean"]) > s["half"] for s in flat)
-    counts = [len(pairs) * len(PROBES), len(flat), real, sum(survives)]
+    real, survive = (sum(s[k] for s in flat) for k in ("real", "holm"))
+    counts = [len(pairs) * len(PROBES), len(flat), real, survive]
     return section(
         "Verdicts",
         "\n".join(out),
@@ -364,7 +348,6 @@ NOTES = (
 
 
 def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
-    """``results.md``: header lines, the summary, every run, the regime, the verdicts, notes."""
     lines = aggregate(results)
     md = ["# Benchmark results", "", *[f"- {h}" for h in header], ""]
     md += [section("Summary", summary_table(lines)), section("Runs", runs_table(lines))]
@@ -378,11 +361,10 @@ def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
     return "\n".join(md) + "\n## Notes\n\n" + "".join(f"- {n}\n" for n in notes)
 
 
-def _curves(run_dirs: Sequence[str]) -> Dict[int, float]:
-    """Online kNN per epoch, mean over the runs' records."""
+def _curves(line: Line, seeds: Sequence[int]) -> Dict[int, float]:
     per: Dict[int, List[float]] = {}
-    for d in run_dirs:
-        path = Path(d, "record.jsonl")
+    for run in (r for r in line.ok if int(r["seed"]) in seeds):
+        path = Path(run.get("run_dir", ""), "record.jsonl")
         for r in read_records(path, "epoch") if path.is_file() else []:
             if r.get("val_knn_acc1") is not None:
                 per.setdefault(int(r["epoch"]), []).append(float(r["val_knn_acc1"]))
@@ -393,44 +375,34 @@ def draw(lines: Sequence[Line], out: Path) -> List[str]:
     """``results.png``: offline linear and kNN of every row, each seed a point, against training
     time, the untrained backbone and raw pixels as lines; ``curves.png``: the online kNN per epoch
     of each AttentionNCE ablation row beside its attention-off control on the same seeds."""
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharex=True)
-    refs = _references(lines)
+    figures = {"results.png": Figure(figsize=(13, 5.5), layout="tight")}
+    axes, refs = figures["results.png"].subplots(1, 2, sharex=True), _references(lines)
     for ax, (metric, name), ref in zip(axes, PROBES, (refs[::2], refs[1::2])):
         for r in (r for r in lines if r.seeds and r.comparison != "reference"):
-            xs = [r.per_seed["train_seconds"].get(s) for s in r.seeds]
-            ys = [r.per_seed[metric].get(s) for s in r.seeds]
-            pts = [(x / 60, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+            x, y = r.per_seed("train_seconds"), r.per_seed(metric)
+            pts = [(x[s] / 60, y[s]) for s in r.seeds if s in x and s in y]
             ax.scatter(*zip(*pts), label=r.label, s=18) if pts else None
         for (mean, _), text, style in zip(ref, (UNTRAINED, PIXELS), ("--", ":")):
             if mean is not None:
                 ax.axhline(mean, color="k", linestyle=style, label=text)
         ax.set(xlabel="training minutes", ylabel=f"offline {name} top-1 %", title=name)
     axes[1].legend(fontsize=6, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / "results.png", dpi=110)
-    plt.close(fig)
     pairs = [(a, b) for q, a, b in comparisons(lines) if q == "Ablation:" and "off" in b.label]
-    if not pairs:
-        return ["results.png"]
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for a, b in pairs:
-        seeds = [s for s in a.seeds if s in b.seeds]
-        pick = [d for s, d in zip(a.seeds, a.run_dirs) if s in seeds]
-        ctrl = [d for s, d in zip(b.seeds, b.run_dirs) if s in seeds]
-        (line,) = ax.plot(*zip(*_curves(pick).items()), label=f"{a.label}, seeds {seeds}")
-        ax.plot(*zip(*_curves(ctrl).items()), linestyle="--", color=line.get_color())
-    ax.set(xlabel="epoch", ylabel="online kNN top-1 % (mean over seeds)")
-    ax.set_title("AttentionNCE rows (solid) and their attention-off control (dashed)")
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=110)
-    plt.close(fig)
-    return ["results.png", "curves.png"]
+    if pairs:
+        figures["curves.png"] = Figure(figsize=(9, 5.5), layout="tight")
+        ax = figures["curves.png"].subplots()
+        for a, b in pairs:
+            seeds = [s for s in a.seeds if s in b.seeds]
+            (line,) = ax.plot(*zip(*_curves(a, seeds).items()), label=f"{a.label}, seeds {seeds}")
+            ax.plot(*zip(*_curves(b, seeds).items()), linestyle="--", color=line.get_color())
+        ax.set(xlabel="epoch", ylabel="online kNN top-1 % (mean over seeds)")
+        ax.set_title("AttentionNCE rows (solid) and their attention-off control (dashed)")
+        ax.legend(fontsize=6)
+    for name, fig in figures.items():
+        fig.savefig(out / name, dpi=110)
+    return list(figures)
 
 
 def write_outputs(results: Sequence[Result], markdown: str, out: Path) -> str:

@@ -31,15 +31,24 @@ Result = Dict[str, Any]
 CROP = 32
 #: Seconds between looks at a training run's record for its progress line.
 PROGRESS_S = 10.0
-#: The machine folders a run's command names besides its output folder, each with the environment
-#: variable its command.sh reads; config.yaml writes ``<name>`` for these and ``<out>``.
-FOLDERS = {"repo": "REPO", "solo-learn": "SOLO_LEARN", "data-cache": "DATA_CACHE"}
+#: ``command.sh`` (:meth:`Prepared.write`): python3 is the interpreter of the machine that re-runs
+#: it, this checkout's packages come first.
+SCRIPT = """#!/bin/sh
+# Re-run this benchmark run by hand (from any folder), naming this machine's folders:
+#   REPO=<attnce-plugin checkout> SOLO_LEARN=<solo-learn checkout> \\
+#   DATA_CACHE=<Fashion-MNIST cache, default <out>/data> sh command.sh
+out=$(cd "$(dirname "$0")/../../../.." && pwd)
+repo=${REPO:?REPO unset}
+solo_learn=${SOLO_LEARN:?SOLO_LEARN unset}
+data_cache=${DATA_CACHE:?DATA_CACHE unset}
+cd %s && PYTHONPATH="$repo"${PYTHONPATH:+:$PYTHONPATH} python3 %s
+"""
 
 
 @dataclass
 class Budget:
     """What every run shares beyond its row: the data (``<data cache>/<subset>/{train,val}``),
-    sizes, the ``--set`` values (``[METHOD:]KEY=VALUE``) and the raw overrides after ``--``."""
+    sizes, the ``--set`` values (``[METHOD:]KEY=VALUE``), the raw overrides after ``--``."""
 
     data: Path
     note: str
@@ -47,6 +56,8 @@ class Budget:
     crop_min_scale: Optional[float] = None
     sets: Sequence[str] = ()
     overrides: Sequence[str] = ()
+    probe: bool = True  # the offline probe of each run's last checkpoint
+    keep_checkpoints: bool = False
 
 
 def parse_set(text: str) -> Tuple[Optional[str], str, str]:
@@ -62,20 +73,16 @@ def parse_set(text: str) -> Tuple[Optional[str], str, str]:
 
 
 def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
-    """Every override of a run, later ones winning: the method's, the budget's, the row's, the
-    ``--set`` values, the raw ones. No loader workers: on 2 cores they slow the step more than
-    they save."""
-    method = run.row.method
+    """Every override of a run, later ones winning: the method's, the budget's (no loader workers:
+    on 2 cores they cost more than they save), the row's, the ``--set`` values, the raw ones."""
+    method, scale = run.row.method, budget.crop_min_scale
     out = method_overrides(method) + ["++data.dataset=custom"]
     out += [f"++data.train_path={budget.data / 'train'}", f"++data.val_path={budget.data / 'val'}"]
     out += ["++data.num_workers=0", f"++views.crop_size={CROP}"]
-    scale = budget.crop_min_scale
     if scale is not None:  # solo reads one crop_min_scale per pipeline; the MoCo form has three
-        if METHODS[method][1].startswith("mocov3"):
-            out += [f"++augmentations.{i}.rrc.crop_min_scale={scale}" for i in range(3)]
-        else:
-            out += [f"++augmentations.0.rrc.crop_min_scale={scale}"]
-            out += [f"++views.positive_min_scale={scale}"]
+        pipelines = 3 if METHODS[method][1].startswith("mocov3") else 1
+        out += [f"++augmentations.{i}.rrc.crop_min_scale={scale}" for i in range(pipelines)]
+        out += [f"++views.positive_min_scale={scale}"] if pipelines == 1 else []
     record = "++diagnostics.callbacks.record"
     out += ["trainer=cpu", f"++name={method}-fashion_mnist-seed{run.seed}", f"++seed={run.seed}"]
     out += [f"++max_epochs={run.epochs}", f"++optimizer.batch_size={budget.batch_size}"]
@@ -110,7 +117,7 @@ def compose(config: str, overrides: Sequence[str]) -> DictConfig:
 @dataclass
 class Prepared:
     """A run ready to launch: its folder, shipped config, overrides, command, resolved config and
-    the machine folders (``FOLDERS``) that they name."""
+    the machine folders these name, by the ``<name>`` config.yaml writes for each."""
 
     run: Run
     run_dir: Path
@@ -122,9 +129,8 @@ class Prepared:
 
     def write(self) -> None:
         """``config.yaml`` and ``command.sh``, naming no folder of this machine (a record reads
-        the same wherever it trained): the config writes ``<name>`` for each, the script sets a
-        variable at its top, ``out`` from its own place (``<out>/runs/<key>/``), the others from
-        the environment. The run itself gets the real paths."""
+        the same wherever it trained): the config writes ``<name>`` for each, the script reads
+        ``out`` from its own place, the others from the environment. The run gets real paths."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         names = {str(path): name for name, path in self.folders.items()}
         inner_first = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
@@ -141,18 +147,8 @@ class Prepared:
                 for i, p in enumerate(pieces)
             )
 
-        script = [
-            "#!/bin/sh",
-            "# Re-run this benchmark run by hand (from any folder), naming this machine's folders:",
-            "#   REPO=<attnce-plugin checkout> SOLO_LEARN=<solo-learn checkout> \\",
-            "#   DATA_CACHE=<Fashion-MNIST cache, default <out>/data> sh command.sh",
-            'out=$(cd "$(dirname "$0")/../../../.." && pwd)',
-            *(f"{n.replace('-', '_')}=${{{var}:?{var} unset}}" for n, var in FOLDERS.items()),
-        ]
-        path = 'PYTHONPATH="$repo"${PYTHONPATH:+:$PYTHONPATH}'  # this checkout's packages first
-        args = " ".join(map(sh, self.command[1:]))  # python3 for this machine's interpreter
-        script.append(f"cd {sh(str(self.run_dir))} && {path} python3 {args}")
-        (self.run_dir / "command.sh").write_text("\n".join(script) + "\n")
+        args = " ".join(map(sh, self.command[1:]))
+        (self.run_dir / "command.sh").write_text(SCRIPT % (sh(str(self.run_dir)), args))
 
 
 def prepare(run: Run, budget: Budget, out: Path) -> Prepared:
@@ -216,8 +212,11 @@ def new_result(run: Run, **fields: Any) -> Result:
     return {**result, **fields}
 
 
-def launch(prep: Prepared) -> Result:
-    """Train one run, then read its timings, online accuracies and peak memory from its record."""
+def launch(prep: Prepared, budget: Budget) -> Result:
+    """Train one run, read its record, keep solo-learn's parsed config (``args.json``: the untrained
+    reference rows are built from it), probe its last checkpoint, save its result."""
+    from benchmarks.probe import backbone
+
     record = prep.run_dir / "record.jsonl"
     for stale in (record, prep.run_dir / "result.json"):
         stale.unlink(missing_ok=True)
@@ -252,13 +251,23 @@ def launch(prep: Prepared) -> Result:
         result.update(status="failed", error=f"exit {code}:\n" + "\n".join(tail))
     elif len(epochs) < prep.run.epochs:
         result.update(status="failed", error=f"{len(epochs)} of {prep.run.epochs} epochs recorded")
+    ckpts = sorted((prep.run_dir / "ckpt").rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if ckpts and (ckpts[-1].parent / "args.json").is_file():
+        shutil.copy(ckpts[-1].parent / "args.json", prep.run_dir / "args.json")
+    if result["status"] == "ok" and budget.probe and not ckpts:
+        result["error"] = "offline probe skipped: no checkpoint"
+    elif result["status"] == "ok" and budget.probe:
+        trained = lambda: backbone(ckpts[-1].parent / "args.json", ckpts[-1])  # noqa: E731
+        probe_into(result, trained, budget, prep.resolved)
+    if not budget.keep_checkpoints:
+        shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
+    save_result(result)
     return result
 
 
 def wait_showing_epochs(proc: subprocess.Popen, record: Path, epochs: int) -> int:
     """Wait for the training process, showing its finished epochs and the time left on one
-    updating line: the record is read when the process has run another ``PROGRESS_S`` seconds, not
-    polled in a loop."""
+    updating line; the record is read after each ``PROGRESS_S`` seconds of waiting, not polled."""
     shown, tty = 0, sys.stderr.isatty()
     while True:
         try:
@@ -294,19 +303,18 @@ def load_result(run_dir: Path) -> Optional[Result]:
 
 def probe_into(result: Result, backbone: Callable[[], Any], budget: Budget, cfg: Any) -> None:
     """Fill the offline columns (a failure is recorded in ``error``, not raised)."""
-    from benchmarks.probe import probe_backbone, probe_settings
+    from benchmarks.probe import probe_backbone, probe_transform
 
     try:
-        settings = probe_settings(OmegaConf.to_container(cfg, resolve=True))
-        result.update(probe_backbone(backbone(), budget.data, **settings))
+        transform = probe_transform(OmegaConf.to_container(cfg, resolve=True))
+        result.update(probe_backbone(backbone(), budget.data, transform))
     except Exception as err:  # a probe failure must not lose the pretraining result
         result["error"] = f"offline probe failed: {type(err).__name__}: {err}"
 
 
 def equal_time_epochs(run: Run, out: Path) -> Union[int, str]:
     """An equal-time run's epochs, from the lowest seed on which its baseline and the row it
-    matches have both finished (in this command or in an earlier part: both saved their
-    records); else why not."""
+    matches have both finished (in this command or an earlier part); else why not."""
     assert run.row.time_of is not None
     found: List[Dict[int, Result]] = []
     for row in (Row(run.row.method), run.row.time_of):
@@ -325,34 +333,7 @@ def equal_time_epochs(run: Run, out: Path) -> Union[int, str]:
     return matched_epochs(int(b["epochs"]), b["seconds_per_epoch"], t["seconds_per_epoch"])
 
 
-def train_and_probe(prep: Prepared, budget: Budget, probe: bool, keep_checkpoints: bool) -> Result:
-    """Launch a run, keep solo-learn's parsed config (``args.json``: the untrained reference rows
-    are built from it), probe its last checkpoint, save its result."""
-    from benchmarks.probe import backbone
-
-    result = launch(prep)
-    ckpts = sorted((prep.run_dir / "ckpt").rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-    if ckpts and (ckpts[-1].parent / "args.json").is_file():
-        shutil.copy(ckpts[-1].parent / "args.json", prep.run_dir / "args.json")
-    if result["status"] == "ok" and probe and not ckpts:
-        result["error"] = "offline probe skipped: no checkpoint"
-    elif result["status"] == "ok" and probe:
-        trained = lambda: backbone(ckpts[-1].parent / "args.json", ckpts[-1])  # noqa: E731
-        probe_into(result, trained, budget, prep.resolved)
-    if not keep_checkpoints:
-        shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
-    save_result(result)
-    return result
-
-
-def execute(
-    runs: Sequence[Run],
-    budget: Budget,
-    out: Path,
-    probe: bool = True,
-    dry_run: bool = False,
-    keep_checkpoints: bool = False,
-) -> List[Result]:
+def execute(runs: Sequence[Run], budget: Budget, out: Path, dry_run: bool = False) -> List[Result]:
     """Train (or reuse) and probe every run, in order; every config is composed before the first
     run starts, so that a bad override fails at once."""
     prepared = {r.key: prepare(r, budget, out) for r in runs if r.epochs}
@@ -376,7 +357,7 @@ def execute(
             prep.write()
             continue
         print(f"{what}, {run.epochs} epochs: training, log in {prep.run_dir}", file=sys.stderr)
-        results.append(train_and_probe(prep, budget, probe, keep_checkpoints))
+        results.append(launch(prep, budget))
         r = results[-1]
         speed = f"{r['seconds_per_epoch'] or 0:.1f} s/epoch"
         print(f"{what}: {r['status']}, {speed}; {r['error']}", file=sys.stderr)
@@ -384,9 +365,8 @@ def execute(
 
 
 def reference_results(results: Sequence[Result], budget: Budget, out: Path) -> List[Result]:
-    """The untrained backbone (one per seed) and the raw pixels, probed on the same images, the
-    backbone rebuilt from a trained run's ``args.json``; records under ``<out>/runs/reference/``,
-    reused when there."""
+    """The untrained backbone (one per seed, built from a trained run's ``args.json``) and the raw
+    pixels, probed on the same images; records under ``<out>/runs/reference/``, reused."""
     import torch
 
     from benchmarks.probe import backbone

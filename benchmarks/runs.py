@@ -10,26 +10,22 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-#: method -> (its name in the tables, shipped config in pretrain/<family>/, the overrides that
-#: make it). SimCLR and MoCo v3 are the AttentionNCE configs with solo-learn's loss, no positives;
-#: the two controls are the same 2 + M views without the attention (solo-learn's SimCLR loss on
-#: every view), and the attention off (d -> inf: the mean prototype, plain negatives).
+#: The attention off: d -> inf, the mean prototype and plain negatives.
+OFF = ("d_pos=1000000.0", "d_neg=1000000.0")
+#: method -> (name in the tables, shipped config in pretrain/<family>/, overrides that make it).
+#: SimCLR and MoCo v3 are the AttentionNCE configs with solo-learn's loss, no positives; the two
+#: controls: the same 2 + M views without the attention (SimCLR's loss on every view), and OFF.
 METHODS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
     "simclr": ("SimCLR", "attentionnce", ("loss=simclr", "num_positives=0")),
     "mocov3": ("MoCo v3", "mocov3_attentionnce", ("loss=mocov3", "num_positives=0")),
     "attentionnce": ("AttentionNCE", "attentionnce", ()),
     "mocov3_attentionnce": ("MoCo v3 + AttentionNCE", "mocov3_attentionnce", ()),
     "simclr_views": ("SimCLR on the same views", "attentionnce", ("loss=simclr_all_views",)),
-    "attentionnce_off": (
-        "AttentionNCE, attention off",
-        "attentionnce",
-        ("d_pos=1000000.0", "d_neg=1000000.0"),
-    ),
+    "attentionnce_off": ("AttentionNCE, attention off", "attentionnce", OFF),
 }
 
 
 def method_overrides(method: str) -> List[str]:
-    """The Hydra overrides that make ``method`` from its shipped config."""
     group = {"num_positives": "views"}
     return [
         f"++{group.get(k, 'method_kwargs')}.{k}={v}"
@@ -182,8 +178,7 @@ def _value(text: str) -> Any:
 
 def parse_row(text: str, m: int, method: str = "attentionnce") -> Row:
     """``--row [METHOD:]KEY=VALUE,...``: an ablation row of METHOD (default ``method``) at M
-    positives with these ``method_kwargs`` (numbers as floats): one setting varied at a time
-    around the shipped one, or any combination."""
+    positives with these ``method_kwargs`` (numbers as floats), varied around the shipped ones."""
     name, _, pairs = text.rpartition(":")
     name = name or method
     if name not in POSITIVE_METHODS:

@@ -34,11 +34,10 @@ from omegaconf import OmegaConf
 from benchmarks.recorder import PHASES, RunRecorder, read_records
 from benchmarks.report import table
 from benchmarks.runner import compose
-from benchmarks.runs import METHODS, Row, Run, method_overrides
+from benchmarks.runs import METHODS, TIME_MATCH, Row, Run, method_overrides
 
-#: The rows, each with the baseline it is compared with.
-BASELINE = {"simclr": "simclr", "attentionnce": "simclr", "mocov3": "mocov3"}
-BASELINE["mocov3_attentionnce"] = "mocov3"
+#: The rows, each with the baseline it is compared with (the run table's equal-time pairs).
+BASELINE = {m: base for base, target in TIME_MATCH.items() for m in (base, target)}
 
 
 def time_interleaved(calls: Dict[str, Callable], repeats: int, device: torch.device) -> Dict:
@@ -68,9 +67,8 @@ def overrides(args: argparse.Namespace, train_path: str, method: str) -> List[st
 
 
 def build(config: str, overrides: Sequence[str]) -> Any:
-    """(model, cfg) as main_pretrain.py builds them from ``pretrain/custom/<config>.yaml``. The
-    shipped configs' Hydra callback registers the plugin's methods and wraps the task function's
-    global ``parse_cfg``; here, as Hydra calls it, with main_pretrain.py's globals."""
+    """(model, cfg) as main_pretrain.py builds them from ``pretrain/custom/<config>.yaml``, the
+    shipped configs' Hydra callback called as Hydra calls it, on main_pretrain.py's globals."""
     import solo.args.pretrain
     from solo.methods import METHODS as SOLO_METHODS
     from solo.utils.misc import make_contiguous
@@ -108,8 +106,7 @@ def fit(model: Any, cfg: Any, batch: List[Any], steps: int, record: Path) -> Lis
 def bound(model: Any, crops: List[torch.Tensor], mocov3: bool, args: argparse.Namespace) -> Dict:
     """The plain-torch step of ``model``'s network on ``crops`` (see the module docstring)."""
     device = crops[0].device  # Lightning left the model on the CPU after its fits
-    net = torch.nn.Sequential(copy.deepcopy(model.backbone), copy.deepcopy(model.projector))
-    net = net.to(device)
+    net = copy.deepcopy(torch.nn.Sequential(model.backbone, model.projector)).to(device)
     momentum = copy.deepcopy(net).requires_grad_(False) if mocov3 else None
     opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
     crops = [c.to(memory_format=torch.channels_last) if args.channels_last else c for c in crops]
@@ -226,8 +223,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add = p.add_argument
     add("--device", choices=("cpu", "cuda"), default="cpu")
     add("--out", type=Path, help="also write the table to this file")
-    # 1 thread: on a shared machine a 2-thread OpenMP barrier stalls whenever another process
-    # holds a core.
+    # 1 thread: on a shared machine a 2-thread OpenMP barrier stalls while another process runs.
     add("--threads", type=int, default=1, help="CPU threads (0: torch's default)")
     add("--precision", help="Lightning's (default 16-mixed on cuda, 32 on cpu)")
     add("--channels-last", action=argparse.BooleanOptionalAction, default=True)
