@@ -120,14 +120,13 @@ def row_of(result: Dict[str, Any]) -> Row:
 
 def controls(row: Row) -> List[Row]:
     """What an ablation row is set against: the same views without the attention and the
-    attention off (at the row's temperature), equal-time SimCLR (at the preset's), and for the
-    ``importance`` form the same setting in the paper's ``logit`` form; a MoCo-form row, the
-    shipped MoCo form and MoCo v3."""
-    if row.method == "mocov3_attentionnce":
-        return [MOCO_ATTN, Row("mocov3")]
+    attention off (at the row's temperature) and equal-time SimCLR (at the preset's), or for a
+    MoCo-form row the shipped MoCo form and MoCo v3; and for the ``importance`` form the same
+    setting in the paper's ``logit`` form."""
     tau = tuple((k, v) for k, v in row.kwargs if k == "temperature")
     out = [Row("simclr_views", row.m, tau), Row("attentionnce_off", row.m, tau)]
     out += [] if tau else [SIMCLR_TIME]
+    out = [MOCO_ATTN, Row("mocov3")] if row.method == "mocov3_attentionnce" else out
     if ("neg_weighting", "importance") in row.kwargs:
         logit = tuple(kv for kv in row.kwargs if kv[0] != "neg_weighting")
         out.append(Row(row.method, row.m, logit, "ablation"))

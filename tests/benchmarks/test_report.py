@@ -137,6 +137,8 @@ def test_each_ablation_row_is_set_against_its_controls() -> None:
     ]
     moco = parse_row("mocov3_attentionnce:d_neg=1", 4)
     assert labels(moco) == ["MoCo v3 + AttentionNCE (M=4)", "MoCo v3"]
+    moco = parse_row("mocov3_attentionnce:d_neg=1,neg_weighting=importance", 4)
+    assert labels(moco)[2] == "MoCo v3 + AttentionNCE (M=4, d_neg=1)"
     # the row a result.json was trained as, from its recorded overrides
     recorded = {"method": "attentionnce", "comparison": "ablation", "settings": tau.overrides}
     assert row_of(recorded) == tau
