@@ -16,12 +16,17 @@ REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "re
 
 def test_the_reference_plan_is_every_committed_record() -> None:
     p = PRESETS["reference"]
-    runs = bench_runs(p.methods, p.seeds, p.epochs)
-    plan = {(r.key, r.row.label, r.row.method, r.row.comparison) for r in runs}
+
+    def plan_of(seeds) -> set:
+        runs = bench_runs(p.methods, seeds, p.epochs)
+        return {(r.key, r.row.label, r.row.method, r.row.comparison) for r in runs}
+
+    plan = plan_of(p.seeds)
     committed = [json.loads(path.read_text()) for path in REFERENCE.glob("*/*/seed*/result.json")]
     fields = [[r[k] for k in ("key", "label", "method", "comparison")] for r in committed]
     trained = {tuple(f) for f in fields if f[3] not in ("reference", "ablation")}
-    assert len(trained) == 27 and trained == plan
+    # the preset's runs, and the seeds 3 and 4 that a |t| > 2 verdict line asks for
+    assert len(plan) == 27 and plan <= trained <= plan_of((*p.seeds, 3, 4))
     # every trained record (all result folders) is filed and labelled as the row its recorded
     # overrides make, in the folder of its key
     for path in REFERENCE.parents[1].glob("*/runs/*/*/seed*/result.json"):
