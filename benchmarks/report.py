@@ -390,8 +390,8 @@ def draw(lines: Sequence[Line], out: Path) -> List[str]:
                 ax.axhline(mean, color="k", linestyle=style, label=text)
         ax.set(xlabel="training minutes", ylabel=f"offline {name} top-1 %", title=name)
     axes[1].legend(fontsize=6, loc="lower right")
-    off = [(a, b) for q, a, b in comparisons(lines) if q == "Ablation:"]
-    pairs = [(a, b) for a, b in off if "off" in b.label or b.label == MOCO_ATTN.label]
+    ablations = [(a, b) for q, a, b in comparisons(lines) if q == "Ablation:"]
+    pairs = [(a, b) for a, b in ablations if "off" in b.label or b.label == MOCO_ATTN.label]
     if pairs:
         figures["curves.png"] = Figure(figsize=(9, 5.5), layout="tight")
         ax = figures["curves.png"].subplots()
