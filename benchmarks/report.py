@@ -125,6 +125,8 @@ class Line:
     failed: List[int]
     stats: Dict[str, MeanStd] = field(default_factory=dict)
     row: Optional[Row] = None
+    #: A recorded key that only some seeds' records hold (older ones predate it): those seeds.
+    partial: Dict[str, List[int]] = field(default_factory=dict)
 
     @property
     def seeds(self) -> List[int]:
@@ -167,6 +169,10 @@ def aggregate(results: Iterable[Result]) -> List[Line]:
         stats, acts = line.stats, [activity(r.get("run_dir", "")) for r in ok]
         stats.update({a: mean_std(line.per_seed(a).values()) for a in NUMBERS})
         stats.update({k: mean_std(a.get(k) for a in acts) for k in RECORDED})
+        for k in RECORDED:
+            having = [s for s, a in zip(line.seeds, acts) if k in a]
+            if 0 < len(having) < len(ok):
+                line.partial[k] = having
         if stats[BETA][0] is not None:  # the max over seeds, as each record's is a max
             stats[BETA] = (max(a[BETA] for a in acts if BETA in a), None)
         mems = [r["peak_mem_mib"] for r in ok if r.get("peak_mem_mib") is not None]
@@ -180,13 +186,20 @@ def _seeds(line: Line) -> str:
     return (_joined(line.seeds) or "-") + failed
 
 
+def _only(line: Line, key: str, text: str) -> str:
+    """``text``, naming the seeds it comes from when not all of the row's recorded ``key``."""
+    seeds = line.partial.get(key)
+    return f"{text} (seed{'s' * (len(seeds) > 1)} {_joined(seeds)})" if seeds else text
+
+
 def _activity_cells(line: Line) -> List[str]:
     """Effective positives of P, negatives of K, max beta, R, same-class; "-" for other rows."""
     s = {k: mean for k, (mean, _) in line.stats.items()}
     if s[BETA] is None:
         return ["-"] * len(ACTIVITY)
     cells = [f"{s[k]:.2f} of {round(s[n])}" for (k, _), n in zip(ACTIVITY[:2], RECORDED)]
-    return cells + ["n/a" if s[k] is None else f"{s[k]:.2f}" for k, _ in ACTIVITY[2:]]
+    cells += ["n/a" if s[k] is None else f"{s[k]:.2f}" for k, _ in ACTIVITY[2:]]
+    return [_only(line, k, c) for (k, _), c in zip(ACTIVITY, cells)]
 
 
 def runs_table(lines: Sequence[Line]) -> str:
@@ -261,14 +274,16 @@ def regime_markdown(lines: Sequence[Line]) -> str:
         "largest beta (max over seeds), R = the push on the negatives over the pull on the "
         "positive (1 for plain InfoNCE and the `importance` form), and the fraction of anchors "
         "whose highest-beta negative has their class (labels feed this diagnostic only); uniform "
-        "weights give P, K and 1; n/a: a record from before the diagnostic.",
+        "weights give P, K and 1; n/a: records from before the diagnostic; (seeds ...): the "
+        "only seeds whose records have it.",
     )
 
 
 def mechanism_markdown(lines: Sequence[Line]) -> str:
     keys = [k for k, _ in HEALTH]
     body = [
-        [r.label, _joined(r.seeds), *[fmt(r.stats[k], 3 if k == keys[0] else 2) for k in keys]]
+        [r.label, _joined(r.seeds)]
+        + [_only(r, k, fmt(r.stats[k], 3 if k == keys[0] else 2)) for k in keys]
         for r in lines
         if r.seeds and r.stats[keys[1]][0] is not None
     ]
@@ -280,7 +295,8 @@ def mechanism_markdown(lines: Sequence[Line]) -> str:
         "At the last epoch, mean ± std over seeds (each record's `_epoch` value): the largest "
         "negative's share of an anchor's push, the anchor views' squared distance "
         "(`train_repr_alignment`, 0 to 4), the uniformity and effective rank of the validation "
-        "projections, and the contrastive loss in nats (n/a: not logged by that form or record).",
+        "projections, and the contrastive loss in nats (n/a: not logged by that form or record; "
+        "(seeds ...): the only seeds whose records have it).",
     )
 
 

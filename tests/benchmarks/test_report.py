@@ -157,3 +157,12 @@ def test_activity_is_each_records_last_epoch(rebuilt: str) -> None:
     assert cells[1] == f"{last(folder, 'eff_num_negatives'):.2f} of 254"
     assert cells[2] == f"{last(folder, 'max_beta', max):.2f}"
     assert regime["SimCLR"][-5:] == ["-"] * 5
+    # a diagnostic that older records lack is averaged over the seeds that have it, and named
+    off, key = REFERENCE / "runs" / "equal-epoch" / "AttentionNCE-attention-off-M-4", "push_ratio"
+    seeds = sorted(int(p.name[4:]) for p in off.glob("seed*"))
+    values = {s: read_records(off / f"seed{s}" / "record.jsonl", "epoch")[-1] for s in seeds}
+    having = [s for s in seeds if values[s].get(f"train_attn_{key}") is not None]
+    cell = f"{sum(values[s][f'train_attn_{key}'] for s in having) / len(having):.2f}"
+    if len(having) < len(seeds):
+        cell += f" (seed{'s' * (len(having) > 1)} {','.join(map(str, having))})"
+    assert regime["AttentionNCE, attention off (M=4)"][-2] == cell
