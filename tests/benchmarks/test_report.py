@@ -104,8 +104,15 @@ def test_verdict_lines_follow_the_paired_rule_and_are_counted() -> None:
     off = "AttentionNCE, attention off (M=4)"
     row = parse_row("d_pos=1,d_neg=1", 4)
     noisy, one = parse_row("d_pos=1,d_neg=0.3", 4), parse_row("d_pos=1,d_neg=0.1", 4)
-    results = [_result(off, s, 80.0 + s) for s in range(3)]
-    for r, gaps in ((row, (-2.1, -2, -1.9)), (noisy, (1, -1.5, 0.5)), (one, (-3,))):
+    hint = parse_row("d_pos=1,d_neg=0.2", 4)  # t = -2.85 over 4 seeds, half-width 1.17
+    results = [_result(off, s, 80.0 + s) for s in range(4)]
+    rows = (
+        (row, (-2.1, -2, -1.9)),
+        (noisy, (1, -1.5, 0.5)),
+        (one, (-3,)),
+        (hint, (-1, -2, -0.2, -1)),
+    )
+    for r, gaps in rows:
         results += [
             _result(r.label, s, 80.0 + s + g, "ablation", r.overrides) for s, g in enumerate(gaps)
         ]
@@ -116,8 +123,9 @@ def test_verdict_lines_follow_the_paired_rule_and_are_counted() -> None:
     assert "linear +0.00 ±" in lines[f"- Ablation: {noisy.label}"]
     assert "not shown" in lines[f"- Ablation: {noisy.label}"]
     assert "linear -3.00, one seed: no test" in lines[f"- Ablation: {one.label}"]
-    # 3 rows x 2 probes against the one control present; 4 paired, 2 real
-    assert "| 6 | 4 | 2 | 2 |" in md
+    assert "|t| > 2: seed 4 asked" in lines[f"- Ablation: {hint.label}"]  # seeds 0-3 exist
+    # 4 rows x 2 probes against the one control present; 6 paired, 2 real
+    assert "| 8 | 6 | 2 | 2 |" in md
 
 
 def test_each_ablation_row_is_set_against_its_controls() -> None:
