@@ -189,7 +189,7 @@ def _seeds(line: Line) -> str:
 
 
 def _only(line: Line, key: str, text: str) -> str:
-    """``text``, naming the seeds it comes from when not all of the row's recorded ``key``."""
+    """``text``, naming the seeds it comes from when not all of the row's seeds recorded ``key``."""
     seeds = line.partial.get(key)
     return f"{text} (seed{'s' * (len(seeds) > 1)} {_joined(seeds)})" if seeds else text
 
