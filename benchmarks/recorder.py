@@ -1,14 +1,14 @@
 """``RunRecorder``: the benchmark's run record, one JSON line per training step and per epoch, the
 same on every machine (Lightning's loggers are not). The runner attaches it through the plugin's
 ``diagnostics.callbacks`` (each entry built by ``hydra.utils.instantiate``). Written on global
-rank 0, appended to, in the format of every committed record::
+rank 0, appended to, in the format of every committed record (older ones also hold per-phase
+seconds of an epoch, which nothing reads now)::
 
     {"event": "fit_start", "max_epochs", "num_training_batches", "precision", "world_size",
      "sync_batchnorm_layers"}
     {"event": "step", "step", "epoch", "loss"}
-    {"event": "epoch", "epoch" (1-based), "train_seconds", "elapsed_seconds",
-     "{data,forward,backward,optimizer}_seconds", "val_seconds", "peak_rss_mib",
-     "peak_cuda_mib", <every scalar of trainer.callback_metrics>}
+    {"event": "epoch", "epoch" (1-based), "train_seconds", "elapsed_seconds", "val_seconds",
+     "peak_rss_mib", "peak_cuda_mib", <every scalar of trainer.callback_metrics>}
     {"event": "fit_end", "elapsed_seconds", "peak_rss_mib", "peak_cuda_mib"}
 
 ``train_seconds``: the epoch's start to its last batch's end (validation excluded; on a GPU the
@@ -26,11 +26,6 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 from lightning.pytorch.callbacks import Callback
-
-#: The phases of a step the epoch record sums: loader wait, training_step, backward, the rest (the
-#: optimizer). Lightning runs this callback's on_train_batch_end before the module's, so a momentum
-#: method's EMA update (solo-learn's, in that hook) lands in the next step's "data" phase.
-PHASES = ("data", "forward", "backward", "optimizer")
 
 
 def read_records(path: Path, event: Optional[str] = None) -> List[Dict[str, Any]]:
@@ -54,10 +49,9 @@ class RunRecorder(Callback):
         if not str(path):
             raise ValueError("RunRecorder needs a file path, got an empty one")
         self.path = Path(path)
-        self._fit_start = self._epoch_start = self._last_batch_end = self._mark_at = None
+        self._fit_start = self._epoch_start = self._last_batch_end = None
         self._val_start: Optional[float] = None
         self._steps: List[Tuple[int, int, torch.Tensor]] = []  # (step, epoch, loss on device)
-        self._phases: Dict[str, float] = {}
         self._val_seconds = 0.0
 
     def _write(self, trainer: Any, *records: Dict[str, Any]) -> None:
@@ -87,26 +81,8 @@ class RunRecorder(Callback):
         self._write(trainer, {**start, "sync_batchnorm_layers": sync})
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._epoch_start = self._mark_at = time.perf_counter()
+        self._epoch_start = time.perf_counter()
         self._last_batch_end, self._steps, self._val_seconds = None, [], 0.0
-        self._phases = dict.fromkeys(PHASES, 0.0)
-
-    def _mark(self, phase: str) -> None:
-        """Add the seconds since the last mark to ``phase``: host time, so on a GPU a phase ends
-        when its kernels are queued (only the epoch total waits for them)."""
-        now = time.perf_counter()
-        if self._mark_at is not None and phase in self._phases:
-            self._phases[phase] += now - self._mark_at
-        self._mark_at = now
-
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
-        self._mark("data")
-
-    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
-        self._mark("forward")
-
-    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
-        self._mark("backward")
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._val_start = time.perf_counter()
@@ -123,7 +99,6 @@ class RunRecorder(Callback):
             self._steps.append((trainer.global_step - 1, trainer.current_epoch, loss.detach()))
         if pl_module.device.type == "cuda" and idx + 1 >= trainer.num_training_batches:
             torch.cuda.synchronize(pl_module.device)  # the epoch's time includes its last batch
-        self._mark("optimizer")
         self._last_batch_end = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
@@ -142,7 +117,6 @@ class RunRecorder(Callback):
             "epoch": trainer.current_epoch + 1,
             "train_seconds": end - (self._epoch_start or end),
             "elapsed_seconds": now - (self._fit_start or now),
-            **{f"{phase}_seconds": value for phase, value in self._phases.items()},
             "val_seconds": self._val_seconds,
             **self._peaks(pl_module),
         }

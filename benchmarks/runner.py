@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.recorder import read_records
-from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Row, Run, matched_epochs, method_overrides
+from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Row, Run, matched_epochs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 Result = Dict[str, Any]
@@ -76,7 +76,7 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     """Every override of a run, later ones winning: the method's, the budget's (no loader workers:
     on 2 cores they cost more than they save), the row's, the ``--set`` values, the raw ones."""
     method, scale = run.row.method, budget.crop_min_scale
-    out = method_overrides(method) + ["++data.dataset=custom"]
+    out = list(METHODS[method][2]) + ["++data.dataset=custom"]
     out += [f"++data.train_path={budget.data / 'train'}", f"++data.val_path={budget.data / 'val'}"]
     out += ["++data.num_workers=0", f"++views.crop_size={CROP}"]
     if scale is not None:  # solo reads one crop_min_scale per pipeline; the MoCo form has three
@@ -178,15 +178,6 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
-#: The fields of a ``result.json``, in the order of every committed one.
-FIELDS = (
-    "key label method comparison seed epochs matched_to status error epochs_done "
-    "train_seconds seconds_per_epoch wall_seconds knn_acc1 linear_acc1 offline_acc1 "
-    "offline_knn_acc1 offline_l2 offline_uniformity offline_eff_rank peak_mem_mib settings "
-    "run_dir cpu plugin_version commit"
-).split()
-
-
 def provenance() -> Dict[str, str]:
     """The plugin version and the git commit of this checkout that trains a run ("-dirty" when
     its tracked code differs from that commit; "unknown" outside a git checkout)."""
@@ -204,12 +195,11 @@ def provenance() -> Dict[str, str]:
 
 
 def new_result(run: Run, **fields: Any) -> Result:
-    row, result = run.row, dict.fromkeys(FIELDS)
-    result.update(key=run.key, label=row.label, method=row.method, comparison=row.comparison)
+    row = run.row
+    result = dict(key=run.key, label=row.label, method=row.method, comparison=row.comparison)
     result.update(seed=run.seed, epochs=run.epochs, status="ok", error="", epochs_done=0)
     result.update(matched_to=row.time_of.label if row.time_of else None, wall_seconds=0.0)
-    result.update(settings=list(row.overrides), run_dir="", cpu="")
-    return {**result, **fields}
+    return {**result, "settings": list(row.overrides), "run_dir": "", "cpu": "", **fields}
 
 
 def launch(prep: Prepared, budget: Budget) -> Result:
@@ -359,7 +349,7 @@ def execute(runs: Sequence[Run], budget: Budget, out: Path, dry_run: bool = Fals
         print(f"{what}, {run.epochs} epochs: training, log in {prep.run_dir}", file=sys.stderr)
         results.append(launch(prep, budget))
         r = results[-1]
-        speed = f"{r['seconds_per_epoch'] or 0:.1f} s/epoch"
+        speed = f"{r.get('seconds_per_epoch') or 0:.1f} s/epoch"
         print(f"{what}: {r['status']}, {speed}; {r['error']}", file=sys.stderr)
     return results
 
@@ -387,7 +377,7 @@ def reference_results(results: Sequence[Result], budget: Budget, out: Path) -> L
             if prior is None:
                 untrained = lambda s=seed: backbone(args_json, seed=s)  # noqa: E731
                 probe_into(ref, untrained if label == UNTRAINED else torch.nn.Flatten, budget, cfg)
-                ref["status"] = "ok" if ref["offline_acc1"] is not None else "failed"
+                ref["status"] = "ok" if ref.get("offline_acc1") is not None else "failed"
                 Path(ref["run_dir"]).mkdir(parents=True, exist_ok=True)
                 save_result(ref)
             refs.append(prior or ref)

@@ -11,26 +11,19 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 #: The attention off: d -> inf, the mean prototype and plain negatives.
-OFF = ("d_pos=1000000.0", "d_neg=1000000.0")
+OFF = ("++method_kwargs.d_pos=1000000.0", "++method_kwargs.d_neg=1000000.0")
+NO_POSITIVES, LOSS = ("++views.num_positives=0",), "++method_kwargs.loss="
 #: method -> (name in the tables, shipped config in pretrain/<family>/, overrides that make it).
 #: SimCLR and MoCo v3 are the AttentionNCE configs with solo-learn's loss, no positives; the two
 #: controls: the same 2 + M views without the attention (SimCLR's loss on every view), and OFF.
 METHODS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
-    "simclr": ("SimCLR", "attentionnce", ("loss=simclr", "num_positives=0")),
-    "mocov3": ("MoCo v3", "mocov3_attentionnce", ("loss=mocov3", "num_positives=0")),
+    "simclr": ("SimCLR", "attentionnce", (LOSS + "simclr", *NO_POSITIVES)),
+    "mocov3": ("MoCo v3", "mocov3_attentionnce", (LOSS + "mocov3", *NO_POSITIVES)),
     "attentionnce": ("AttentionNCE", "attentionnce", ()),
     "mocov3_attentionnce": ("MoCo v3 + AttentionNCE", "mocov3_attentionnce", ()),
-    "simclr_views": ("SimCLR on the same views", "attentionnce", ("loss=simclr_all_views",)),
+    "simclr_views": ("SimCLR on the same views", "attentionnce", (LOSS + "simclr_all_views",)),
     "attentionnce_off": ("AttentionNCE, attention off", "attentionnce", OFF),
 }
-
-
-def method_overrides(method: str) -> List[str]:
-    group = {"num_positives": "views"}
-    return [
-        f"++{group.get(k, 'method_kwargs')}.{k}={v}"
-        for k, v in (kv.split("=") for kv in METHODS[method][2])
-    ]
 
 
 #: The methods whose rows see M positive views; the first two are the AttentionNCE forms.
