@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import torch
 from lightning.pytorch import LightningModule, Trainer
 
@@ -34,7 +33,6 @@ class Tiny(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-@pytest.mark.filterwarnings("ignore:The '.*dataloader' does not have many workers")
 def test_a_fit_writes_the_committed_records_keys(tmp_path: Path) -> None:
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(12, 4)), 4)
     path = tmp_path / "sub" / "record.jsonl"
