@@ -1,8 +1,8 @@
 """``RunRecorder``: the benchmark's run record, one JSON line per training step and per epoch, the
 same on every machine (Lightning's loggers are not). The runner attaches it through the plugin's
 ``diagnostics.callbacks`` (each entry built by ``hydra.utils.instantiate``). Written on global
-rank 0, appended to, in the format of every committed record (older ones also hold per-phase
-seconds of an epoch, which nothing reads now)::
+rank 0, appended to, in the format of every committed record (the older ones also hold per-phase
+seconds of an epoch, which nothing reads)::
 
     {"event": "fit_start", "max_epochs", "num_training_batches", "precision", "world_size",
      "sync_batchnorm_layers"}

@@ -37,7 +37,7 @@ BASELINE = {m: base for base, target in TIME_MATCH.items() for m in (base, targe
 def overrides(args: argparse.Namespace, train_path: str, method: str) -> List[str]:
     # One GPU: SyncBatchNorm would do nothing there.
     gpu = ["++devices=[0]", "++strategy=auto", "++sync_batchnorm=False"]
-    out = [*list(METHODS[method][2]), *(["trainer=cpu"] if args.device == "cpu" else gpu)]
+    out = [*METHODS[method][2], *(["trainer=cpu"] if args.device == "cpu" else gpu)]
     out += [f"++precision={args.precision}", f"++data.train_path={train_path}", "~data.val_path"]
     out += [f"++views.crop_size={args.size}", f"++optimizer.batch_size={args.batch_size}"]
     out += [f"++performance.disable_channel_last={str(not args.channels_last).lower()}"]
