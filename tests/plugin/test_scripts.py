@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from attnce_plugin.install import require_solo, solo_checkout_dir
-from benchmarks.recorder import read_records
 
 require_solo()
 
 from helpers.configs import SMALL_RUN, pretrain_argv  # noqa: E402
+from helpers.record import read_events  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from attnce_plugin.methods import METHODS  # noqa: E402
@@ -29,7 +29,7 @@ from attnce_plugin.seam import register  # noqa: E402
 pytestmark = pytest.mark.integration
 
 #: This checkout, first on the scripts' PYTHONPATH, so that they test this code even when the
-#: editable install points at another clone.
+#: editable install points at another clone; then its tests/ (helpers.record's callback).
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -38,7 +38,8 @@ def run_script(argv: Sequence[str], cwd: Path, *, threads: int = 2, check: bool 
     and stderr together; with ``check``, a failure shows the output's tail."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "WANDB_MODE": "disabled"}
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HYDRA_FULL_ERROR="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    paths = [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     command = [sys.executable, *argv]
     proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     proc.stdout += proc.stderr  # what the tests search, in one string
@@ -68,8 +69,7 @@ def test_paper_setting_trains_and_logs_the_diagnostics(cifar_run):
     kw = args["method_kwargs"]
     # The choices as plain strings, the defaults filled in (the config sets no loss, no anchor).
     assert (kw["d_pos"], kw["d_neg"], kw["loss"], kw["anchor"]) == (1, 10, "attentionnce", "views")
-    records = read_records(cifar_run["record"])
-    (epoch,) = [r for r in records if r["event"] == "epoch"]
+    (epoch,) = read_events(cifar_run["record"], "epoch")
     logged = "train_nce_loss train_attn_eff_num_positives train_attn_max_beta val_acc1 "
     logged += "train_attn_eff_num_negatives train_repr_alignment train_repr_mi_bound "
     logged += "val_repr_feats_eff_rank val_repr_z_uniformity"
@@ -78,7 +78,7 @@ def test_paper_setting_trains_and_logs_the_diagnostics(cifar_run):
     # M = 4; K = 2 * 4 images - 2 = 6 negatives per anchor (batch 4).
     assert 1.0 <= epoch["train_attn_eff_num_positives"] <= 4.0 + 1e-4
     assert 1.0 <= epoch["train_attn_eff_num_negatives"] <= 6.0 + 1e-3
-    losses = [r["loss"] for r in records if r["event"] == "step"]
+    losses = [r["loss"] for r in read_events(cifar_run["record"], "step")]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
 
 
@@ -119,7 +119,7 @@ def test_small_positive_crops_train(tiny_image_folder, tmp_path):
     record = tmp_path / "run.jsonl"
     config = "attentionnce_multicrop.yaml"
     run_script(pretrain_argv("stl10", config, tiny_image_folder, tmp_path, record=record), tmp_path)
-    (epoch,) = [r for r in read_records(record) if r["event"] == "epoch"]
+    (epoch,) = read_events(record, "epoch")
     assert math.isfinite(epoch["train_nce_loss"]) and epoch["train_attn_max_beta"] >= 1.0, epoch
 
 
