@@ -119,6 +119,7 @@ def report(rows: Sequence[Dict], args: argparse.Namespace, argv: Sequence[str]) 
         f"peak memory: {peak}"
     )
     cols = ["method", "views", "precision", "s/step", "range", "images/s", "to simclr"]
+    cols += ["to its base", "peak MiB"]
     by, body = {r["method"]: r for r in rows}, []
     for r in rows:
         base = BASELINE[r["method"]]
@@ -126,7 +127,6 @@ def report(rows: Sequence[Dict], args: argparse.Namespace, argv: Sequence[str]) 
         cells = [r["method"], r["views"], r["precision"], f"{r['s']:.4f}"]
         cells += ["{:.4f}-{:.4f}".format(*r["range"]), f"{args.batch_size / r['s']:.1f}"]
         body.append(cells + [x["simclr"], f"{x[base]} ({base})", f"{r['peak']:.0f}"])
-    cols += ["to its base", "peak MiB"]
     command = " ".join(["python3 -m benchmarks.step_cost", *argv])
     return f"<!-- {command} -->\n\n{head}\n\n{table(cols, body)}\n"
 
