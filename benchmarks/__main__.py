@@ -60,8 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--num-positives", type=int, default=4, help="M of the AttentionNCE rows")
     add("--extra-m", type=_list(int), help="more M rows of attentionnce")
     add("--no-time-matched", dest="time_matched", action="store_false", default=None)
-    add("--ablation-method", default="attentionnce", choices=table.POSITIVE_METHODS[:2])
-    h = "an ablation row: METHOD (default --ablation-method) at --num-positives with these "
+    h = "an ablation row: METHOD (default attentionnce) at --num-positives with these "
     h += "method_kwargs, which win over --set; repeatable"
     add("--row", dest="rows", action="append", default=[], metavar="[METHOD:]KEY=VALUE,...", help=h)
     one = "a config value, for every run or one method's"
@@ -78,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def plan(args: argparse.Namespace) -> List[table.Run]:
     preset = table.PRESETS[args.preset]
-    rows = [table.parse_row(text, args.num_positives, args.ablation_method) for text in args.rows]
+    rows = [table.parse_row(text, args.num_positives) for text in args.rows]
     extra_m = preset.extra_m if args.extra_m is None else args.extra_m
     time_matched = preset.time_matched if args.time_matched is None else args.time_matched
     seeds, epochs = args.seeds or preset.seeds, args.epochs or preset.epochs

@@ -168,11 +168,11 @@ def _value(text: str) -> Any:
         return text
 
 
-def parse_row(text: str, m: int, method: str = "attentionnce") -> Row:
-    """``--row [METHOD:]KEY=VALUE,...``: an ablation row of METHOD (default ``method``) at M
+def parse_row(text: str, m: int) -> Row:
+    """``--row [METHOD:]KEY=VALUE,...``: an ablation row of METHOD (default attentionnce) at M
     positives with these ``method_kwargs`` (numbers as floats), varied around the shipped ones."""
     name, _, pairs = text.rpartition(":")
-    name = name or method
+    name = name or "attentionnce"
     if name not in POSITIVE_METHODS:
         raise ValueError(f"--row {text!r}: method {name!r}; allowed values are {POSITIVE_METHODS}")
     kwargs = []

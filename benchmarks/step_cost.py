@@ -67,7 +67,7 @@ def build(config: str, overrides: Sequence[str]) -> Any:
 
 
 def fit(model: Any, cfg: Any, batch: List[Any], steps: int, record: Path) -> List[Dict]:
-    """``steps`` steps of the same batch with the config's trainer keys; the recorder's records."""
+    """``steps`` steps of the same batch with the config's trainer keys; the recorder's record."""
     from lightning.pytorch import Trainer
 
     keys = inspect.signature(Trainer.__init__).parameters
@@ -96,15 +96,14 @@ def measure(method: str, args: argparse.Namespace, tmp: Path) -> Dict[str, Any]:
         torch.cuda.reset_peak_memory_stats(device)
     seconds = []
     for _ in range(args.rounds):
-        records = fit(model, cfg, batch, args.steps, tmp / "record.jsonl")
-        losses = [r["loss"] for r in records if r["event"] == "step"]
-        if len(losses) != args.steps or None in losses:  # None: a non-finite loss
-            raise RuntimeError(f"{method}: step losses {losses}, expected {args.steps} finite ones")
-        epoch = next(r for r in records if r["event"] == "epoch")
+        (epoch,) = fit(model, cfg, batch, args.steps, tmp / "record.jsonl")
+        # Each logged loss's epoch mean: null (non-finite) if any step's was.
+        losses = {k: v for k, v in epoch.items() if k.endswith("loss_epoch")}
+        if not losses or None in losses.values():
+            raise RuntimeError(f"{method}: epoch losses {losses}, expected finite ones")
         seconds.append(epoch["train_seconds"] / args.steps)
-    precision = next(r for r in records if r["event"] == "fit_start")["precision"]
     peak = epoch["peak_cuda_mib" if device.type == "cuda" else "peak_rss_mib"]  # only grows
-    row = {"method": method, "views": len(sizes), "precision": precision, "peak": peak}
+    row = {"method": method, "views": len(sizes), "precision": cfg.precision, "peak": peak}
     return {**row, "s": statistics.median(seconds), "range": (min(seconds), max(seconds))}
 
 
