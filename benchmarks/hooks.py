@@ -10,13 +10,17 @@ from typing import Any
 from hydra.experimental.callback import Callback as HydraCallback
 
 
-def val_transform(size: int, mean: Any, std: Any) -> Any:
-    """Resize + CenterCrop at ``size`` px, the pretraining normalisation: validation and probe."""
+def val_transform(size: int, pipeline: Any) -> Any:
+    """Resize + CenterCrop at ``size`` px and the normalisation solo-learn's
+    ``build_transform_pipeline`` gives ``custom`` data (the ``pipeline``'s mean and std, else
+    ImageNet's): validation and the offline probe."""
+    from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
     from torchvision import transforms
 
+    mean = tuple(pipeline.get("mean", IMAGENET_DEFAULT_MEAN))
+    norm = transforms.Normalize(mean=mean, std=tuple(pipeline.get("std", IMAGENET_DEFAULT_STD)))
     resize = transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC)
-    tail = [transforms.ToTensor(), transforms.Normalize(mean=mean, std=std)]
-    return transforms.Compose([resize, transforms.CenterCrop(size), *tail])
+    return transforms.Compose([resize, transforms.CenterCrop(size), transforms.ToTensor(), norm])
 
 
 class ValidateAtTrainSize(HydraCallback):
@@ -31,10 +35,7 @@ class ValidateAtTrainSize(HydraCallback):
         """solo-learn's ``build_custom_pipeline`` at ``size`` px (``prepare_transforms`` looks it
         up in the module's globals when called); T_train serves main_linear.py only."""
         import solo.data.classification_dataloader as cls_data
-        from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-        # solo's pretraining normalisation for custom data: the first pipeline's, else ImageNet's.
-        first = config.augmentations[0] if "augmentations" in config else {}
-        mean = tuple(first.get("mean", IMAGENET_DEFAULT_MEAN))
-        val = val_transform(self.size, mean, tuple(first.get("std", IMAGENET_DEFAULT_STD)))
+        # solo's pretraining normalisation for custom data is the first pipeline's.
+        val = val_transform(self.size, config.augmentations[0] if "augmentations" in config else {})
         cls_data.build_custom_pipeline = lambda: {"T_train": val, "T_val": val}

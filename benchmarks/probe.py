@@ -134,14 +134,8 @@ def probe_backbone(backbone: nn.Module, data: Path, transform: Any) -> Dict[str,
 
 
 def probe_transform(cfg: Dict[str, Any]) -> Any:
-    """The images' transform at a run's crop size and normalisation, the latter read off
-    solo-learn's own ``build_transform_pipeline`` for the first (anchor) pipeline."""
-    from solo.data.pretrain_dataloader import build_transform_pipeline
-    from torchvision import transforms
-
+    """The images' transform at a run's crop size, normalised as its (``custom``) training crops."""
     from benchmarks.hooks import val_transform
 
-    first = OmegaConf.create(cfg["augmentations"][0])
-    pipeline = build_transform_pipeline(cfg["data"]["dataset"], first)
-    norm = next(t for t in pipeline.transforms if isinstance(t, transforms.Normalize))
-    return val_transform(int(first["crop_size"]), tuple(norm.mean), tuple(norm.std))
+    first = cfg["augmentations"][0]
+    return val_transform(int(first["crop_size"]), first)
