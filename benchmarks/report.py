@@ -400,18 +400,22 @@ def draw(lines: Sequence[Line], out: Path) -> List[str]:
     (the MoCo form's: the shipped MoCo form, whose d_neg 10 leaves its attention near uniform)."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
-    figures = {"results.png": Figure(figsize=(13, 5.5), layout="tight")}
+    figures = {"results.png": Figure(figsize=(13, 8), layout="constrained")}
     axes, refs = figures["results.png"].subplots(1, 2, sharex=True), _references(lines)
+    trained = [r for r in lines if r.seeds and r.comparison != "reference"]
     for ax, (metric, name), ref in zip(axes, PROBES, (refs[::2], refs[1::2])):
-        for r in (r for r in lines if r.seeds and r.comparison != "reference"):
+        for i, r in enumerate(trained):  # 10 colours, then the next marker: no two rows alike
             x, y = r.per_seed("train_seconds"), r.per_seed(metric)
             pts = [(x[s] / 60, y[s]) for s in r.seeds if s in x and s in y]
-            ax.scatter(*zip(*pts), label=r.label, s=18) if pts else None
+            look = dict(color=f"C{i % 10}", marker="os^Dv"[i // 10 % 5], s=18, label=r.label)
+            ax.scatter(*zip(*pts), **look) if pts else None
         for (mean, _), text, style in zip(ref, (UNTRAINED, PIXELS), ("--", ":")):
             if mean is not None:
                 ax.axhline(mean, color="k", linestyle=style, label=text)
         ax.set(xlabel="training minutes", ylabel=f"offline {name} top-1 %", title=name)
-    axes[1].legend(fontsize=6, loc="lower right")
+    figures["results.png"].legend(
+        *axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=7
+    )
     ablations = [(a, b) for q, a, b in comparisons(lines) if q == "Ablation:"]
     pairs = [(a, b) for a, b in ablations if "off" in b.label or b.label == MOCO_ATTN.label]
     if pairs:
