@@ -9,6 +9,7 @@ import json
 import math
 import os
 import statistics
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -395,9 +396,10 @@ def _curves(line: Line, seeds: Sequence[int]) -> Dict[int, float]:
 
 def draw(lines: Sequence[Line], out: Path) -> List[str]:
     """``results.png``: offline linear and kNN of every row, each seed a point, against training
-    time, the untrained backbone and raw pixels as lines; ``curves.png``: the online kNN per epoch
-    of each AttentionNCE ablation row beside its control with the attention off on the same seeds
-    (the MoCo form's: the shipped MoCo form, whose d_neg 10 leaves its attention near uniform)."""
+    time, the untrained backbone and raw pixels as lines; ``curves.png``: a panel for each
+    AttentionNCE ablation row, its online kNN per epoch beside its control's with the attention off
+    on the same seeds (the MoCo form's: the shipped MoCo form, whose d_neg 10 leaves its attention
+    near uniform)."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
     figures = {"results.png": Figure(figsize=(13, 8), layout="constrained")}
@@ -419,15 +421,19 @@ def draw(lines: Sequence[Line], out: Path) -> List[str]:
     ablations = [(a, b) for q, a, b in comparisons(lines) if q == "Ablation:"]
     pairs = [(a, b) for a, b in ablations if "off" in b.label or b.label == MOCO_ATTN.label]
     if pairs:
-        figures["curves.png"] = Figure(figsize=(9, 5.5), layout="tight")
-        ax = figures["curves.png"].subplots()
-        for a, b in pairs:
+        n = math.ceil(len(pairs) / 4)  # one panel a row, four a line
+        figures["curves.png"] = fig = Figure(figsize=(16, 3.2 * n), layout="constrained")
+        axes = list(fig.subplots(n, 4, sharex=True, squeeze=False).flat)
+        for ax, (a, b) in zip(axes, pairs):
             seeds = [s for s in a.seeds if s in b.seeds]
-            (line,) = ax.plot(*zip(*_curves(a, seeds).items()), label=f"{a.label}, seeds {seeds}")
-            ax.plot(*zip(*_curves(b, seeds).items()), linestyle="--", color=line.get_color())
-        ax.set(xlabel="epoch", ylabel="online kNN top-1 % (mean over seeds)")
-        ax.set_title("AttentionNCE rows (solid), attention off or the shipped MoCo form (dashed)")
-        ax.legend(fontsize=6)
+            ax.plot(*zip(*_curves(a, seeds).items()), label="this row")
+            ax.plot(*zip(*_curves(b, seeds).items()), "k--", label=b.label)
+            ax.set_title(textwrap.fill(f"{a.label}, seeds {_joined(seeds)}", 60), fontsize=7)
+            ax.legend(fontsize=6, loc="lower right")
+        for ax in axes[len(pairs) :]:  # the panels left over
+            ax.set_visible(False)
+        fig.supxlabel("epoch")
+        fig.supylabel("online kNN top-1 % (mean over the seeds both rows have)")
     for name, fig in figures.items():
         fig.savefig(out / name, dpi=110)
     return list(figures)
