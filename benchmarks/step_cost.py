@@ -20,7 +20,7 @@ import tempfile
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from omegaconf import OmegaConf
@@ -66,8 +66,9 @@ def build(config: str, overrides: Sequence[str]) -> Any:
     return model, cfg
 
 
-def fit(model: Any, cfg: Any, batch: List[Any], steps: int, record: Path) -> List[Dict]:
-    """``steps`` steps of the same batch with the config's trainer keys; the recorder's record."""
+def fit(model: Any, cfg: Any, batch: List[Any], steps: int, record: Path) -> Tuple[Dict, str]:
+    """``steps`` steps of the same batch with the config's trainer keys: the recorder's epoch line
+    and the precision Lightning ran."""
     from lightning.pytorch import Trainer
 
     keys = inspect.signature(Trainer.__init__).parameters
@@ -78,8 +79,10 @@ def fit(model: Any, cfg: Any, batch: List[Any], steps: int, record: Path) -> Lis
     # batch_size=None: the items are the batches, passed through as they are.
     loader = torch.utils.data.DataLoader([batch] * steps, batch_size=None)
     record.unlink(missing_ok=True)
-    Trainer(**kwargs).fit(model, train_dataloaders=loader)
-    return read_records(record)
+    trainer = Trainer(**kwargs)
+    trainer.fit(model, train_dataloaders=loader)
+    (epoch,) = read_records(record)
+    return epoch, str(trainer.precision)
 
 
 def measure(method: str, args: argparse.Namespace, tmp: Path) -> Dict[str, Any]:
@@ -96,14 +99,14 @@ def measure(method: str, args: argparse.Namespace, tmp: Path) -> Dict[str, Any]:
         torch.cuda.reset_peak_memory_stats(device)
     seconds = []
     for _ in range(args.rounds):
-        (epoch,) = fit(model, cfg, batch, args.steps, tmp / "record.jsonl")
+        epoch, precision = fit(model, cfg, batch, args.steps, tmp / "record.jsonl")
         # Each logged loss's epoch mean: null (non-finite) if any step's was.
         losses = {k: v for k, v in epoch.items() if k.endswith("loss_epoch")}
         if not losses or None in losses.values():
             raise RuntimeError(f"{method}: epoch losses {losses}, expected finite ones")
         seconds.append(epoch["train_seconds"] / args.steps)
     peak = epoch["peak_cuda_mib" if device.type == "cuda" else "peak_rss_mib"]  # only grows
-    row = {"method": method, "views": len(sizes), "precision": cfg.precision, "peak": peak}
+    row = {"method": method, "views": len(sizes), "precision": precision, "peak": peak}
     return {**row, "s": statistics.median(seconds), "range": (min(seconds), max(seconds))}
 
 

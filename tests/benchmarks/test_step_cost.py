@@ -50,7 +50,7 @@ def test_a_tiny_cpu_run_writes_a_row_per_method_beside_its_baseline(tmp_path, ca
     lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
     head, *rows = ([c.strip() for c in ln.strip("|").split("|")] for ln in lines)
     base, method = (dict(zip(head, row)) for row in rows)
-    assert [method[k] for k in ("method", "views", "precision")] == ["attentionnce", "6", "32"]
+    assert [method[k] for k in ("method", "views", "precision")] == ["attentionnce", "6", "32-true"]
     assert [base[k] for k in ("method", "views")] == ["simclr", "2"]
     assert base["to its base"] == "1.00x (simclr)"
     seconds, low, high = float(method["s/step"]), *map(float, method["range"].split("-"))
