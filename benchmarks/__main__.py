@@ -126,8 +126,8 @@ def machine() -> str:
 def reference_tables() -> str:
     runs = plan(build_parser().parse_args(["--preset", "reference"]))
     lines = report.aggregate(read_results(REFERENCE, runs))
-    title = "# The real result: the reference preset (6,000 images, 29 epochs, 3 seeds), rebuilt "
-    title += "from its committed records"
+    title = "# The real result: the reference preset (6,000 images, 29 epochs, 3 to 5 seeds), "
+    title += "rebuilt from its committed records"
     how = "`python3 -m benchmarks --preset reference --report-only --out benchmarks/results/"
     how += "reference` prints all its tables."
     tables = [report.summary_table(lines), "", report.verdicts_markdown(lines)]
