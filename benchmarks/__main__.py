@@ -8,15 +8,13 @@ them, print the tables. A long preset runs in parts, each a command line; finish
         --out benchmarks/results/reference               # one part of the reference preset
     python3 -m benchmarks --preset reference --report-only --out benchmarks/results/reference
     python3 -m benchmarks --row d_pos=1,d_neg=1,neg_weighting=importance --row d_pos=1,d_neg=0.3
-    python3 -m benchmarks --set optimizer.lr=0.3 --set attentionnce:method_kwargs.d_neg=1
-    python3 -m benchmarks -- ++trainer_option=value      # raw Hydra overrides, every run
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
-import json
 import logging
 import os
 import shlex
@@ -26,7 +24,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 # Third-party deprecations (pkg_resources, timm) and solo-learn's logged warnings are not ours to
 # show: each run's own output, warnings included, goes to its train.log.
@@ -57,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--batch-size", type=int, help="images per step per device")
     add("--num-train", type=int, help="Fashion-MNIST training images")
     add("--num-val", type=int, help="Fashion-MNIST validation images")
-    add("--num-positives", type=int, default=4, help="M of the AttentionNCE rows")
+    add("--num-positives", type=int, help="M of the AttentionNCE rows (default 4)")
     add("--extra-m", type=_list(int), help="more M rows of attentionnce")
     add("--no-time-matched", dest="time_matched", action="store_false", default=None)
     h = "an ablation row: METHOD (default attentionnce) at --num-positives with these "
@@ -70,45 +68,32 @@ def build_parser() -> argparse.ArgumentParser:
     add("--no-offline-probe", dest="offline_probe", action="store_false")
     add("--no-references", dest="references", action="store_false", help="no untrained/pixels")
     add("--keep-checkpoints", action="store_true")
-    add("--dry-run", action="store_true", help="write each run's config and command only")
     add("--report-only", action="store_true", help="the tables from the records in --out only")
     return p
 
 
-def plan(args: argparse.Namespace) -> List[table.Run]:
+def settings(args: argparse.Namespace) -> table.Preset:
+    """The preset with the options the command line gives (its ``--set`` values after the
+    preset's); ValueError names a bad ``--set`` before anything trains."""
     preset = table.PRESETS[args.preset]
-    rows = [table.parse_row(text, args.num_positives) for text in args.rows]
-    extra_m = preset.extra_m if args.extra_m is None else args.extra_m
-    time_matched = preset.time_matched if args.time_matched is None else args.time_matched
-    seeds, epochs = args.seeds or preset.seeds, args.epochs or preset.epochs
-    methods = args.methods or preset.methods
-    return table.bench_runs(methods, seeds, epochs, args.num_positives, extra_m, time_matched, rows)
+    given = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(table.Preset)}
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if v is not None}
+    for text in args.sets:
+        runner.parse_set(text)
+    return dataclasses.replace(preset, **dict(given, sets=preset.sets + tuple(args.sets)))
 
 
-def read_results(out: Path, runs: Sequence[table.Run]) -> List[runner.Result]:
-    """Every record in ``out/runs``: the plan's in its order, then the others by folder."""
-    order = {r.key: i for i, r in enumerate(runs)}
-    paths = sorted((out / "runs").glob("**/result.json"), key=str)
-    results = [dict(json.loads(p.read_text()), run_dir=str(p.parent)) for p in paths]
-    return sorted(results, key=lambda r: order.get(r["key"], len(order)))
-
-
-def make_budget(args: argparse.Namespace, out: Path) -> runner.Budget:
+def make_budget(args: argparse.Namespace, chosen: table.Preset, out: Path) -> runner.Budget:
     from benchmarks.data import prepare_fashion_mnist
 
-    preset = table.PRESETS[args.preset]
-    sets = list(preset.sets) + list(args.sets)
-    for s in sets:
-        runner.parse_set(s)  # a bad --set fails before anything trains
-    n_train, n_val = args.num_train or preset.num_train, args.num_val or preset.num_val
     cache = Path(args.data_cache).resolve() if args.data_cache else out / "data"
+    n_train, n_val = chosen.num_train, chosen.num_val
     data = prepare_fashion_mnist(cache, n_train, n_val, image_size=runner.CROP)
     note = f"Fashion-MNIST (Debian dataset-fashion-mnist): {n_train} training images (class-"
     note += f"stratified subset of the 60,000), {n_val} validation images (of the 10,000 test "
     note += f"images), {runner.CROP} px RGB"
-    batch, keep = args.batch_size or preset.batch_size, args.keep_checkpoints
-    scale, probe = preset.crop_min_scale, args.offline_probe
-    return runner.Budget(data, note, batch, scale, sets, args.overrides, probe, keep)
+    probe, keep = args.offline_probe, args.keep_checkpoints
+    return runner.Budget(data, note, chosen, args.overrides, probe, keep)
 
 
 def machine() -> str:
@@ -124,8 +109,8 @@ def machine() -> str:
 
 
 def reference_tables() -> str:
-    runs = plan(build_parser().parse_args(["--preset", "reference"]))
-    lines = report.aggregate(read_results(REFERENCE, runs))
+    runs = settings(build_parser().parse_args(["--preset", "reference"])).runs()
+    lines = report.aggregate(runner.read_results(REFERENCE, runs))
     title = "# The real result: the reference preset (6,000 images, 29 epochs, 3 to 5 seeds), "
     title += "rebuilt from its committed records"
     how = "`python3 -m benchmarks --preset reference --report-only --out benchmarks/results/"
@@ -136,40 +121,36 @@ def reference_tables() -> str:
 
 def bench(args: argparse.Namespace, command: str) -> int:
     started = time.perf_counter()
-    out, preset = Path(args.out).resolve(), table.PRESETS[args.preset]
+    out, chosen = Path(args.out).resolve(), settings(args)
     if args.report_only:
-        results = read_results(out, plan(args))
-        seeds = args.seeds or [int(r["seed"]) for r in results]  # the raw pixels: one, seed 0
-        results = [r for r in results if int(r["seed"]) in seeds or r["label"] == table.PIXELS]
+        results = runner.read_results(out, chosen.runs())
         shown = os.path.relpath(out / "runs") if out.is_relative_to(Path.cwd()) else out / "runs"
-        note, batch = f"as recorded in {shown}", args.batch_size or preset.batch_size
+        note = f"as recorded in {shown}"
     else:
         from attnce_plugin.install import require_solo
 
         require_solo()
-        runs, budget = plan(args), make_budget(args, out)
+        runs, budget = chosen.runs(), make_budget(args, chosen, out)
         print(f"benchmarks: {len(runs)} runs; output in {out}", file=sys.stderr)
-        results = runner.execute(runs, budget, out, args.dry_run)
-        if args.dry_run:
-            return 0
+        results = runner.execute(runs, budget, out)
         if args.references and args.offline_probe:
             results += runner.reference_results(results, budget, out)
-        note, batch = budget.note, budget.batch_size
+        note = budget.note
     # The raw pixels have seed 0 only.
     seeds = sorted({int(r["seed"]) for r in results if r["label"] != table.PIXELS})
     header = [
         f"command: `{command}`, {datetime.datetime.now():%Y-%m-%d %H:%M}, "
         f"{(time.perf_counter() - started) / 60:.1f} min",
         f"machine: {machine()}",
-        "trained on: each run's processor is the cpu column of runs.csv",
+        "trained on: each run's processor is the cpu column of runs.csv; the columns and the "
+        "paired rule are explained in attnce-plugin's docs/results.md",
         f"data: {note}",
-        f"budget: batch {batch}, seeds {', '.join(map(str, seeds))}; each run is a shipped "
-        "config plus the overrides below (its config.yaml and command.sh are in runs/)",
+        f"budget: batch {chosen.batch_size}, seeds {', '.join(map(str, seeds))}; each run is a "
+        "shipped config plus the overrides below (its config.yaml and command.sh are in runs/)",
     ]
     md = report.bench_markdown(results, header)
-    subset = args.report_only and args.seeds  # printed only: the folder's files cover every seed
-    print("\n" + md + ("" if subset else report.write_outputs(results, md, out)))
-    if preset.show_reference and out != REFERENCE.resolve():
+    print("\n" + md + report.write_outputs(results, md, out))
+    if chosen.show_reference and out != REFERENCE.resolve():
         print(reference_tables())
     failed = [r for r in results if r["status"] != "ok"]
     if failed:

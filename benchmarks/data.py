@@ -7,7 +7,6 @@ images: no val image is seen in pretraining."""
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
 from pathlib import Path
@@ -20,7 +19,6 @@ FILES = {"train": "train-{}-idx{}-ubyte.gz", "test": "t10k-{}-idx{}-ubyte.gz"}
 #: The numeric prefix keeps ImageFolder (which sorts folder names) on the original label ids.
 CLASSES = "tshirt_top trouser pullover dress coat sandal shirt sneaker bag ankle_boot".split()
 CLASS_NAMES = tuple(f"{i}_{name}" for i, name in enumerate(CLASSES))
-CACHE_FORMAT = 1  # bumped when the conversion changes, so that stale caches are rebuilt
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -64,15 +62,11 @@ def prepare_fashion_mnist(
     ``cache_root``; FileNotFoundError says what to install when the files are missing."""
     from PIL import Image
 
+    # A new conversion needs a new name (a "_v2"): the folder, once there, is taken as it is.
     name = f"fashion-mnist_{image_size}px_train{num_train}_val{num_val}_seed{seed}"
     target = Path(cache_root) / name
-    expected = dict(format=CACHE_FORMAT, num_train=num_train, num_val=num_val)
-    expected.update(image_size=image_size, seed=seed)
-    try:
-        if json.loads((target / "READY.json").read_text()) == expected:
-            return target
-    except (OSError, json.JSONDecodeError):
-        pass
+    if target.is_dir():
+        return target
     # Built beside the target and renamed at the end: an interrupted conversion leaves no folder
     # that a later run would take as complete.
     tmp = target.with_name(target.name + ".partial")
@@ -88,7 +82,5 @@ def prepare_fashion_mnist(
                 pil = pil.resize((image_size, image_size), Image.BILINEAR)
             # 3 identical channels: the RGB backbone and solo's colour augmentations run as they are
             pil.convert("RGB").save(tmp / folder / CLASS_NAMES[int(label)] / f"{i:05d}.png")
-    (tmp / "READY.json").write_text(json.dumps(expected))
-    shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     return target

@@ -1,7 +1,7 @@
 """The offline probe of frozen features, on every train and val image at the crop size (Resize +
 CenterCrop, the pretraining normalisation, no augmentation): softmax regression (L-BFGS, its L2
-picked on a stratified 20 % hold-out), solo-learn's weighted kNN classifier, and uniformity (Wang &
-Isola, 2020) and effective rank (Roy & Vetterli, 2007) of at most 2048 val features. solo-learn's
+picked on a stratified 20 % hold-out) and solo-learn's weighted kNN classifier (the features'
+uniformity and effective rank are the plugin's diagnostics', ``val_repr_feats_*``). solo-learn's
 ``main_linear.py`` would upscale custom data to 224 px (~49x the compute of 32 px crops).
 """
 
@@ -17,10 +17,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import Tensor
 
-from attnce_plugin.diagnostics import effective_rank, uniformity
-
 L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)  # per-sample loss: comparable across sizes
-HEALTH_MAX_SAMPLES = 2048  # uniformity is O(n^2)
 
 
 def backbone(args_path: Path, ckpt: Optional[Path] = None, seed: int = 0) -> nn.Module:
@@ -116,26 +113,10 @@ def knn_accuracy(train_x: Tensor, train_y: Tensor, val_x: Tensor, val_y: Tensor)
 
 
 def probe_backbone(backbone: nn.Module, data: Path, transform: Any) -> Dict[str, float]:
-    """The offline columns of a result: linear probe, kNN and health of frozen features of the
-    images in ``data/train`` and ``data/val``."""
+    """The offline columns of a result: linear probe and kNN of frozen features of the images in
+    ``data/train`` and ``data/val``."""
     tr_x, tr_y = extract_features(backbone.cpu(), data / "train", transform)
     va_x, va_y = extract_features(backbone, data / "val", transform)
     acc, l2 = linear_probe(tr_x, tr_y, va_x, va_y)
-    keep = torch.randperm(len(va_x), generator=torch.Generator().manual_seed(0))
-    # random rows (the folders are sorted by class); all of them when they are few
-    sub = va_x[keep[:HEALTH_MAX_SAMPLES]] if len(va_x) > HEALTH_MAX_SAMPLES else va_x
-    return {
-        "offline_acc1": acc,
-        "offline_knn_acc1": knn_accuracy(tr_x, tr_y, va_x, va_y),
-        "offline_l2": l2,
-        "offline_uniformity": float(uniformity(sub)),
-        "offline_eff_rank": float(effective_rank(sub)),
-    }
-
-
-def probe_transform(cfg: Dict[str, Any]) -> Any:
-    """The images' transform at a run's crop size, normalised as its (``custom``) training crops."""
-    from benchmarks.hooks import val_transform
-
-    first = cfg["augmentations"][0]
-    return val_transform(int(first["crop_size"]), first)
+    knn = knn_accuracy(tr_x, tr_y, va_x, va_y)
+    return {"offline_acc1": acc, "offline_knn_acc1": knn, "offline_l2": l2}

@@ -25,8 +25,10 @@ from lightning.pytorch.callbacks import Callback
 
 
 def read_records(path: Path, event: Optional[str] = None) -> List[Dict[str, Any]]:
-    """A record file's lines (of one ``event``), in order; a half-written line is left out."""
-    lines = [ln for ln in Path(path).read_text().splitlines() if ln.endswith("}")]
+    """A record file's lines (of one ``event``), in order; a half-written line is left out; none
+    before the file exists."""
+    text = Path(path).read_text() if Path(path).is_file() else ""
+    lines = [ln for ln in text.splitlines() if ln.endswith("}")]
     return [r for r in map(json.loads, lines) if event is None or r.get("event") == event]
 
 

@@ -5,7 +5,6 @@ excludes 0; Holm's correction over every comparison), the regime, the verdicts, 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import statistics
@@ -20,9 +19,6 @@ from benchmarks.runs import MOCO_ATTN, PIXELS, QUESTIONS, UNTRAINED, Row, contro
 #: (mean, sample std); std is None with fewer than 2 values, mean None with none.
 MeanStd = Tuple[Optional[float], Optional[float]]
 Result = Dict[str, Any]
-ALPHA = 0.05
-#: The seeds a line asks for when |t| > 2 but its interval includes 0 (of both of its rows).
-MORE_SEEDS = (3, 4)
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -69,7 +65,7 @@ def paired(a: Dict[int, float], b: Dict[int, float]) -> Optional[Dict[str, float
     return {"n": n, "mean": mean, "std": std, "t": t, "p": p, "half": half}
 
 
-def holm(pvalues: Sequence[float], alpha: float = ALPHA) -> List[bool]:
+def holm(pvalues: Sequence[float], alpha: float = 0.05) -> List[bool]:
     """Which of the hypotheses Holm's step-down procedure rejects at family-wise ``alpha``."""
     order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
     out = [False] * len(pvalues)
@@ -106,7 +102,7 @@ def activity(run_dir: str) -> Dict[str, float]:
     """The ``RECORDED`` values of a run's last epoch. Records before the methods logged P and K give
     them from the run's config."""
     path = Path(run_dir, "record.jsonl")
-    last = (read_records(path, "epoch") or [{}])[-1] if run_dir and path.is_file() else {}
+    last = (read_records(path, "epoch") or [{}])[-1] if run_dir else {}
     found = {k: last.get(k, last.get(f"{k}_epoch")) for k in RECORDED}
     if found[BETA] is not None and found[RECORDED[1]] is None:
         from omegaconf import OmegaConf
@@ -145,8 +141,7 @@ class Line:
 
 PROBES = (("offline_acc1", "linear"), ("offline_knn_acc1", "kNN"))
 NUMBERS = (
-    "knn_acc1 linear_acc1 offline_knn_acc1 offline_acc1 offline_uniformity offline_eff_rank "
-    "seconds_per_epoch train_seconds"
+    "knn_acc1 linear_acc1 offline_knn_acc1 offline_acc1 seconds_per_epoch train_seconds"
 ).split()
 
 
@@ -207,11 +202,11 @@ def _activity_cells(line: Line) -> List[str]:
 
 def runs_table(lines: Sequence[Line]) -> str:
     head = ["method", "comparison", "epochs", "seeds", "online kNN", "online linear"]
-    head += ["offline kNN", "offline linear", "uniformity", "eff. rank", "s / epoch", "train s"]
+    head += ["offline kNN", "offline linear", "s / epoch", "train s"]
     head += ["peak mem MiB", "trained by"]
     body = []
     for r in lines:
-        cells = [fmt(r.stats[a], 2 if a == "offline_uniformity" else 1) for a in NUMBERS[:6]]
+        cells = [fmt(r.stats[a]) for a in NUMBERS[:4]]
         cells += [fmt((r.stats["seconds_per_epoch"][0], None), 1)]
         cells += [fmt((r.stats["train_seconds"][0], None), 0), fmt(r.stats["peak_mem_mib"], 0)]
         trained_by = ", ".join(sorted({_provenance(x) for x in r.ok})) or "-"
@@ -272,13 +267,6 @@ def regime_markdown(lines: Sequence[Line]) -> str:
         f"the same seeds (over all seeds: linear {fmt(u_lin, 2)}, kNN {fmt(u_knn, 2)}) and the "
         f"raw pixels (linear {fmt(p_lin, 2)}, kNN {fmt(p_knn, 2)}).",
         table(head, body),
-        "Attention at the last epoch, mean over seeds (`train_attn_*` of each record): effective "
-        "positives 1 / sum alpha^2 of P, effective negatives (sum beta)^2 / sum beta^2 of K, the "
-        "largest beta (max over seeds), R = the push on the negatives over the pull on the "
-        "positive (1 for plain InfoNCE and the `importance` form), and the fraction of anchors "
-        "whose highest-beta negative has their class (labels feed this diagnostic only); uniform "
-        "weights give P, K and 1; n/a: records from before the diagnostic; (seeds ...): the "
-        "only seeds whose records have it.",
     )
 
 
@@ -292,15 +280,7 @@ def mechanism_markdown(lines: Sequence[Line]) -> str:
     ]
     if not body:
         return ""
-    return section(
-        "Mechanism",
-        table(["method", "seeds", *[t for _, t in HEALTH]], body),
-        "At the last epoch, mean ± std over seeds (each record's `_epoch` value): the largest "
-        "negative's share of an anchor's push, the anchor views' squared distance "
-        "(`train_repr_alignment`, 0 to 4), the uniformity and effective rank of the validation "
-        "projections, and the contrastive loss in nats (n/a: not logged by that form or record; "
-        "(seeds ...): the only seeds whose records have it).",
-    )
+    return section("Mechanism", table(["method", "seeds", *[t for _, t in HEALTH]], body))
 
 
 def comparisons(lines: Sequence[Line]) -> List[Tuple[str, Line, Line]]:
@@ -333,14 +313,9 @@ def verdicts_markdown(lines: Sequence[Line]) -> str:
                 parts.append(f"{name} {gap[0]:+.2f}, one seed: no test" if gap else f"{name} n/a")
                 continue
             mark = (", real" + ", survives Holm" * s["holm"]) if s["real"] else ", not shown"
-            common = set(a.per_seed(metric)) & set(b.per_seed(metric))
-            asked = [str(k) for k in MORE_SEEDS if k not in common]
-            more = ""
-            if asked and not s["real"] and abs(s["t"]) > 2:
-                more = f"; |t| > 2: seed{'s' * (len(asked) > 1)} {' and '.join(asked)} asked"
             parts.append(
                 f"{name} {s['mean']:+.2f} ± {s['half']:.2f} (95 % half-width, {s['n']} seeds, "
-                f"t = {s['t']:+.2f}){mark}{more}"
+                f"t = {s['t']:+.2f}){mark}"
             )
         out.append(f"- {question} {a.label} minus {b.label}: {'; '.join(parts)}.")
     head = ["lines (comparison x probe)", "paired (2+ common seeds)", "interval excludes 0"]
@@ -350,24 +325,7 @@ def verdicts_markdown(lines: Sequence[Line]) -> str:
         "Verdicts",
         "\n".join(out),
         table([*head, "survive Holm"], [counts]),
-        "Each line: row a minus row b on one probe, per seed (the same data and seed on both "
-        "sides), mean ± the 95 % half-width t_0.975,n-1 * std / sqrt n of those differences. A "
-        f"gap is real when that interval excludes 0; Holm's step-down correction at {ALPHA:g} "
-        "runs over every paired line above (both probes).",
     )
-
-
-NOTES = (
-    "online kNN (k=20) and online linear: solo-learn's, inside main_pretrain.py, on the validation "
-    "images after the last epoch (the kNN's bank: the last epoch's augmented anchor crops).",
-    "offline kNN and linear: frozen backbone features of the un-augmented training and validation "
-    "images at the crop size (benchmarks/probe.py). 'random init' is the untrained backbone (one "
-    "per seed), 'raw pixels' the normalised images themselves.",
-    "s / epoch: training time of an epoch (validation excluded), mean over epochs and seeds; train "
-    "s: a run's total. peak mem: the training process's peak RSS, max over seeds. trained by: the "
-    "commit that trained the row's runs (result.json), where recorded.",
-    "± is the sample std over seeds.",
-)
 
 
 def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
@@ -375,20 +333,20 @@ def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
     md = ["# Benchmark results", "", *[f"- {h}" for h in header], ""]
     md += [section("Summary", summary_table(lines)), section("Runs", runs_table(lines))]
     md += [regime_markdown(lines), mechanism_markdown(lines), verdicts_markdown(lines)]
-    notes = list(NOTES) + [
-        f"{'FAILED or skipped' if r['status'] != 'ok' else 'Note'}: {r['key']}: "
+    notes = [
+        f"- {'FAILED or skipped' if r['status'] != 'ok' else 'Note'}: {r['key']}: "
         f"{(r.get('error') or '?').strip().splitlines()[-1]}"
         for r in results
         if r["status"] != "ok" or r.get("error")
     ]
-    return "\n".join(md) + "\n## Notes\n\n" + "".join(f"- {n}\n" for n in notes)
+    return "\n".join(md + ([section("Notes", "\n".join(notes))] if notes else []))
 
 
 def _curves(line: Line, seeds: Sequence[int]) -> Dict[int, float]:
     per: Dict[int, List[float]] = {}
     for run in (r for r in line.ok if int(r["seed"]) in seeds):
         path = Path(run.get("run_dir", ""), "record.jsonl")
-        for r in read_records(path, "epoch") if path.is_file() else []:
+        for r in read_records(path, "epoch"):
             if r.get("val_knn_acc1") is not None:
                 per.setdefault(int(r["epoch"]), []).append(float(r["val_knn_acc1"]))
     return {e: statistics.fmean(v) for e, v in sorted(per.items())}
@@ -440,17 +398,16 @@ def draw(lines: Sequence[Line], out: Path) -> List[str]:
 
 
 def write_outputs(results: Sequence[Result], markdown: str, out: Path) -> str:
-    """``results.md``, ``results.json``, ``runs.csv`` (each run's folder relative to ``out``) and
+    """``results.md``, ``runs.csv`` (every result's scalars, its folder relative to ``out``) and
     the figures."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(markdown)
     relative = [os.path.relpath(r["run_dir"], out) if r.get("run_dir") else "" for r in results]
     dicts = [dict(r, run_dir=d) for r, d in zip(results, relative)]
-    (out / "results.json").write_text(json.dumps(dicts, indent=2) + "\n")
     scalar = [k for d in dicts for k, v in d.items() if not isinstance(v, (dict, list))]
     with open(out / "runs.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, list(dict.fromkeys(scalar)), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(dicts)
     figures = draw(aggregate(results), out)
-    return f"\nWrote {out / 'results.md'}, results.json, runs.csv and {', '.join(figures)}"
+    return f"\nWrote {out / 'results.md'}, runs.csv and {', '.join(figures)}"

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.recorder import read_records
-from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Row, Run, matched_epochs
+from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Preset, Row, Run, matched_epochs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 Result = Dict[str, Any]
@@ -31,30 +31,16 @@ Result = Dict[str, Any]
 CROP = 32
 #: Seconds between looks at a training run's record for its progress line.
 PROGRESS_S = 10.0
-#: ``command.sh`` (:meth:`Prepared.write`): python3 is the interpreter of the machine that re-runs
-#: it, this checkout's packages come first.
-SCRIPT = """#!/bin/sh
-# Re-run this benchmark run by hand (from any folder), naming this machine's folders:
-#   REPO=<attnce-plugin checkout> SOLO_LEARN=<solo-learn checkout> \\
-#   DATA_CACHE=<Fashion-MNIST cache, default <out>/data> sh command.sh
-out=$(cd "$(dirname "$0")/../../../.." && pwd)
-repo=${REPO:?REPO unset}
-solo_learn=${SOLO_LEARN:?SOLO_LEARN unset}
-data_cache=${DATA_CACHE:?DATA_CACHE unset}
-cd %s && PYTHONPATH="$repo"${PYTHONPATH:+:$PYTHONPATH} python3 %s
-"""
 
 
 @dataclass
 class Budget:
-    """What every run shares beyond its row: the data (``<data cache>/<subset>/{train,val}``),
-    sizes, the ``--set`` values (``[METHOD:]KEY=VALUE``), the raw overrides after ``--``."""
+    """What every run shares beyond its row: the data (``<data cache>/<subset>/{train,val}``), the
+    settings (batch size, crop scale, ``--set`` values), the raw overrides after ``--``."""
 
     data: Path
     note: str
-    batch_size: int
-    crop_min_scale: Optional[float] = None
-    sets: Sequence[str] = ()
+    settings: Preset
     overrides: Sequence[str] = ()
     probe: bool = True  # the offline probe of each run's last checkpoint
     keep_checkpoints: bool = False
@@ -75,7 +61,7 @@ def parse_set(text: str) -> Tuple[Optional[str], str, str]:
 def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     """Every override of a run, later ones winning: the method's, the budget's (no loader workers:
     on 2 cores they cost more than they save), the row's, the ``--set`` values, the raw ones."""
-    method, scale = run.row.method, budget.crop_min_scale
+    method, scale = run.row.method, budget.settings.crop_min_scale
     out = list(METHODS[method][2]) + ["++data.dataset=custom"]
     out += [f"++data.train_path={budget.data / 'train'}", f"++data.val_path={budget.data / 'val'}"]
     out += ["++data.num_workers=0", f"++views.crop_size={CROP}"]
@@ -85,14 +71,14 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
         out += [f"++views.positive_min_scale={scale}"] if pipelines == 1 else []
     record = "++diagnostics.callbacks.record"
     out += ["trainer=cpu", f"++name={method}-fashion_mnist-seed{run.seed}", f"++seed={run.seed}"]
-    out += [f"++max_epochs={run.epochs}", f"++optimizer.batch_size={budget.batch_size}"]
+    out += [f"++max_epochs={run.epochs}", f"++optimizer.batch_size={budget.settings.batch_size}"]
     out += ["++scheduler.warmup_epochs=1"]  # solo's 10 is longer than a CPU budget's whole run
     out += ["++knn_eval.enabled=True", "++knn_eval.k=20", f"++checkpoint.dir={run_dir / 'ckpt'}"]
     out += ["++checkpoint.keep_prev=False", "++auto_resume.enabled=False"]
     out += ["++enable_progress_bar=False", f"{record}._target_=benchmarks.recorder.RunRecorder"]
     out += [f"{record}.path={run_dir / 'record.jsonl'}", *run.row.overrides]
     own = {f"method_kwargs.{k}" for k, _ in run.row.kwargs}  # a row's settings win over --set
-    sets = [parse_set(s) for s in budget.sets]
+    sets = [parse_set(s) for s in budget.settings.sets]
     out += [f"++{k}={v}" for m, k, v in sets if m in (None, method) and k not in own]
     return out + list(budget.overrides)
 
@@ -128,27 +114,20 @@ class Prepared:
     folders: Dict[str, Path]
 
     def write(self) -> None:
-        """``config.yaml`` and ``command.sh``, naming no folder of this machine (a record reads
-        the same wherever it trained): the config writes ``<name>`` for each, the script reads
-        ``out`` from its own place, the others from the environment. The run gets real paths."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        names = {str(path): name for name, path in self.folders.items()}
-        inner_first = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
-        found = re.compile(f"({inner_first})(?=[/\\s'\"]|$)")
+        """``config.yaml`` (the shipped config's name and the overrides in its header) and
+        ``command.sh``, each folder of this machine written as ``<name>``: a record reads the same
+        wherever it trained. The run itself gets the real paths."""
         head = [f"# {self.config} from attnce_plugin.configs, with these overrides:"]
         head += [f"#   {o}" for o in self.overrides]
-        yaml = "\n".join(head) + "\n" + OmegaConf.to_yaml(self.resolved)
-        (self.run_dir / "config.yaml").write_text(found.sub(lambda m: f"<{names[m[0]]}>", yaml))
-
-        def sh(arg: str) -> str:
-            pieces = found.split(arg)  # the folders at odd places
-            return "".join(
-                f'"${names[p].replace("-", "_")}"' if i % 2 else shlex.quote(p) if p else ""
-                for i, p in enumerate(pieces)
-            )
-
-        args = " ".join(map(sh, self.command[1:]))
-        (self.run_dir / "command.sh").write_text(SCRIPT % (sh(str(self.run_dir)), args))
+        script = f"cd {shlex.quote(str(self.run_dir))} && PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:"
+        script += f"$PYTHONPATH}} python3 {shlex.join(self.command[1:])}"
+        texts = {"config.yaml": "\n".join(head) + "\n" + OmegaConf.to_yaml(self.resolved)}
+        texts["command.sh"] = f"#!/bin/sh\n# Re-run this benchmark run by hand:\n{script}\n"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for file, text in texts.items():
+            for name, path in sorted(self.folders.items(), key=lambda f: -len(str(f[1]))):
+                text = re.sub(re.escape(str(path)) + "(?=[/\\s'\"$:]|$)", f"<{name}>", text)
+            (self.run_dir / file).write_text(text)
 
 
 def prepare(run: Run, budget: Budget, out: Path) -> Prepared:
@@ -188,10 +167,8 @@ def provenance() -> Dict[str, str]:
         return done.stdout.strip() if done.returncode == 0 else ""
 
     commit = git("rev-parse", "HEAD") or "unknown"
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", "attnce_plugin")
-    if commit != "unknown" and changed:
-        commit += "-dirty"
-    return {"plugin_version": __version__, "commit": commit}
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "attnce_plugin")
+    return {"plugin_version": __version__, "commit": commit + "-dirty" * bool(dirty)}
 
 
 def new_result(run: Run, **fields: Any) -> Result:
@@ -207,28 +184,22 @@ def launch(prep: Prepared, budget: Budget) -> Result:
     reference rows are built from it), probe its last checkpoint, save its result."""
     from benchmarks.probe import backbone
 
-    record = prep.run_dir / "record.jsonl"
-    for stale in (record, prep.run_dir / "result.json"):
-        stale.unlink(missing_ok=True)
-    shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
+    record, log = prep.run_dir / "record.jsonl", prep.run_dir / "train.log"
+    shutil.rmtree(prep.run_dir, ignore_errors=True)  # an unfinished run's files are stale
     prep.write()
     result = new_result(prep.run, run_dir=str(prep.run_dir), cpu=cpu_name(), **provenance())
     env = dict(os.environ, PYTHONWARNINGS=os.environ.get("PYTHONWARNINGS", "ignore"))
     # The run's cwd is its folder: this checkout's packages must be the ones imported there.
-    paths = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     start = time.perf_counter()
-    with open(prep.run_dir / "train.log", "w") as log:
-        proc = subprocess.Popen(
-            prep.command, cwd=prep.run_dir, stdout=log, stderr=subprocess.STDOUT, env=env
-        )
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(prep.command, cwd=prep.run_dir, stdout=fh, stderr=fh, env=env)
         try:
             code = wait_showing_epochs(proc, record, prep.run.epochs)
-        finally:  # Ctrl-C or SIGTERM: the training stops too
-            if proc.poll() is None:
-                proc.kill()
+        finally:  # Ctrl-C or SIGTERM: the training stops too (a no-op once it has ended)
+            proc.kill()
     result["wall_seconds"] = time.perf_counter() - start
-    epochs = read_records(record, "epoch") if record.is_file() else []
+    epochs = read_records(record, "epoch")
     result["epochs_done"] = len(epochs)
     if epochs:
         seconds = sum(float(r["train_seconds"]) for r in epochs)
@@ -237,7 +208,7 @@ def launch(prep: Prepared, budget: Budget) -> Result:
         result.update(knn_acc1=epochs[-1].get("val_knn_acc1"), peak_mem_mib=peak or None)
         result.update(linear_acc1=epochs[-1].get("val_acc1"))
     if code != 0:
-        tail = (prep.run_dir / "train.log").read_text(errors="replace").splitlines()[-15:]
+        tail = log.read_text(errors="replace").splitlines()[-15:]
         result.update(status="failed", error=f"exit {code}:\n" + "\n".join(tail))
     elif len(epochs) < prep.run.epochs:
         result.update(status="failed", error=f"{len(epochs)} of {prep.run.epochs} epochs recorded")
@@ -264,7 +235,7 @@ def wait_showing_epochs(proc: subprocess.Popen, record: Path, epochs: int) -> in
             code: Optional[int] = proc.wait(timeout=PROGRESS_S)
         except subprocess.TimeoutExpired:
             code = None
-        done = read_records(record, "epoch") if record.is_file() else []
+        done = read_records(record, "epoch")
         if len(done) != shown:
             shown, per_epoch = len(done), float(done[-1]["elapsed_seconds"]) / len(done)
             left = (epochs - shown) * per_epoch / 60
@@ -291,12 +262,23 @@ def load_result(run_dir: Path) -> Optional[Result]:
     return dict(data, run_dir=str(run_dir)) if data.get("status") == "ok" else None
 
 
+def read_results(out: Path, runs: Sequence[Run] = ()) -> List[Result]:
+    """Every record in ``out/runs``, finished or not: ``runs``' in their order, then the others by
+    folder."""
+    order = {r.key: i for i, r in enumerate(runs)}
+    paths = sorted((out / "runs").glob("**/result.json"), key=str)
+    results = [dict(json.loads(p.read_text()), run_dir=str(p.parent)) for p in paths]
+    return sorted(results, key=lambda r: order.get(r["key"], len(order)))
+
+
 def probe_into(result: Result, backbone: Callable[[], Any], budget: Budget, cfg: Any) -> None:
     """Fill the offline columns (a failure is recorded in ``error``, not raised)."""
-    from benchmarks.probe import probe_backbone, probe_transform
+    from benchmarks.hooks import val_transform
+    from benchmarks.probe import probe_backbone
 
     try:
-        transform = probe_transform(OmegaConf.to_container(cfg, resolve=True))
+        first = cfg.augmentations[0]  # solo-learn normalises custom data as this pipeline says
+        transform = val_transform(int(first.crop_size), first)
         result.update(probe_backbone(backbone(), budget.data, transform))
     except Exception as err:  # a probe failure must not lose the pretraining result
         result["error"] = f"offline probe failed: {type(err).__name__}: {err}"
@@ -306,24 +288,18 @@ def equal_time_epochs(run: Run, out: Path) -> Union[int, str]:
     """An equal-time run's epochs, from the lowest seed on which its baseline and the row it
     matches have both finished (in this command or an earlier part); else why not."""
     assert run.row.time_of is not None
-    found: List[Dict[int, Result]] = []
-    for row in (Row(run.row.method), run.row.time_of):
-        folder = out / "runs" / Path(Run(row, 0, 0).key).parent
-        finished = [load_result(p.parent) for p in folder.glob("seed*/result.json")]
-        found.append({int(r["seed"]): r for r in finished if r})
-    seeds = sorted(set(found[0]) & set(found[1]))
+    base, target = Row(run.row.method).label, run.row.time_of.label
+    done = {(r["label"], r["seed"]): r for r in read_results(out) if r["status"] == "ok"}
+    seeds = sorted(s for label, s in done if label == base and (target, s) in done)
     if not seeds:
-        return f"no finished '{Row(run.row.method).label}' and '{run.row.time_of.label}' runs"
-    b, t = found[0][seeds[0]], found[1][seeds[0]]
+        return f"no finished '{base}' and '{target}' runs"
+    b, t = done[base, seeds[0]], done[target, seeds[0]]
     if b.get("cpu") and t.get("cpu") and b["cpu"] != t["cpu"]:
-        return (
-            f"'{b['label']}' trained on {b['cpu']!r} and '{t['label']}' on {t['cpu']!r}: "
-            "their seconds do not compare"
-        )
+        return f"'{base}' on {b['cpu']!r}, '{target}' on {t['cpu']!r}: seconds do not compare"
     return matched_epochs(int(b["epochs"]), b["seconds_per_epoch"], t["seconds_per_epoch"])
 
 
-def execute(runs: Sequence[Run], budget: Budget, out: Path, dry_run: bool = False) -> List[Result]:
+def execute(runs: Sequence[Run], budget: Budget, out: Path) -> List[Result]:
     """Train (or reuse) and probe every run, in order; every config is composed before the first
     run starts, so that a bad override fails at once."""
     prepared = {r.key: prepare(r, budget, out) for r in runs if r.epochs}
@@ -343,12 +319,8 @@ def execute(runs: Sequence[Run], budget: Budget, out: Path, dry_run: bool = Fals
                 continue
             run = dataclasses.replace(run, epochs=n)
         prep = prepared.get(run.key) or prepare(run, budget, out)
-        if dry_run:
-            prep.write()
-            continue
         print(f"{what}, {run.epochs} epochs: training, log in {prep.run_dir}", file=sys.stderr)
-        results.append(launch(prep, budget))
-        r = results[-1]
+        results.append(r := launch(prep, budget))
         speed = f"{r.get('seconds_per_epoch') or 0:.1f} s/epoch"
         print(f"{what}: {r['status']}, {speed}; {r['error']}", file=sys.stderr)
     return results

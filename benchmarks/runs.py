@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 #: The attention off: d -> inf, the mean prototype and plain negatives.
 OFF = ("++method_kwargs.d_pos=1000000.0", "++method_kwargs.d_neg=1000000.0")
@@ -128,20 +128,47 @@ def controls(row: Row) -> List[Row]:
 
 @dataclass(frozen=True)
 class Preset:
-    """A budget (``num_train`` / ``num_val``: of the embedded Fashion-MNIST) and its rows."""
+    """A preset, or the settings of a command line (the preset with the options it gives): the
+    budget (``num_train`` / ``num_val``: of the embedded Fashion-MNIST) and the rows."""
 
     num_train: int
     num_val: int
     epochs: int
     batch_size: int
     seeds: Tuple[int, ...]
-    description: str
+    description: str = ""
     methods: Tuple[str, ...] = ("simclr", "mocov3", "attentionnce", "mocov3_attentionnce")
-    extra_m: Tuple[int, ...] = (2,)
+    num_positives: int = 4  # M of the AttentionNCE rows
+    extra_m: Tuple[int, ...] = (2,)  # more M rows of attentionnce
+    rows: Tuple[str, ...] = ()  # the ablation rows, as --row gives them
     time_matched: bool = True
     crop_min_scale: Optional[float] = None  # every crop's RandomResizedCrop minimum scale
     sets: Tuple[str, ...] = ()  # --set values: after the run's own, before the command line's
     show_reference: bool = False  # end by printing the committed reference tables
+
+    def runs(self) -> List[Run]:
+        """Seed by seed: the equal-epoch rows, the ablation rows, then the equal-time rows (last:
+        their timings must exist when they start). ValueError names a bad setting."""
+        unknown = [x for x in self.methods if x not in METHODS]
+        if unknown:
+            raise ValueError(f"--methods: unknown {unknown}; allowed values are {list(METHODS)}")
+        m = self.num_positives
+        if not self.seeds or self.epochs < 1 or m < 1:
+            raise ValueError(
+                f"--seeds {list(self.seeds)}, --epochs {self.epochs}, --num-positives {m}: need "
+                "a seed, and epochs and M of at least 1"
+            )
+        rows = [Row(x, m if x in POSITIVE_METHODS else 0) for x in self.methods]
+        if "attentionnce" in self.methods:
+            rows += [Row("attentionnce", k) for k in self.extra_m if k != m]
+        rows += [r for r in (parse_row(text, m) for text in self.rows) if r not in rows]
+        if self.time_matched:
+            rows += [
+                Row(base, comparison="equal-time", time_of=Row(target, m))
+                for base, target in TIME_MATCH.items()
+                if base in self.methods and target in self.methods
+            ]
+        return [Run(r, s, 0 if r.time_of else self.epochs) for s in self.seeds for r in rows]
 
 
 #: Our recipe: a milder crop and temperature 0.2, screened on SimCLR.
@@ -182,38 +209,6 @@ def parse_row(text: str, m: int) -> Row:
             raise ValueError(f"--row {text!r}: expected [METHOD:]KEY=VALUE,... , got {pair!r}")
         kwargs.append((key, _value(value)))
     return Row(name, m, tuple(kwargs), "ablation")
-
-
-def bench_runs(
-    methods: Sequence[str],
-    seeds: Sequence[int],
-    epochs: int,
-    m: int = 4,
-    extra_m: Sequence[int] = (2,),
-    time_matched: bool = True,
-    ablation: Sequence[Row] = (),
-) -> List[Run]:
-    """Seed by seed: the equal-epoch rows, the ``ablation`` rows, then the equal-time rows (last:
-    their timings must exist when they start). ValueError names a bad method, seed, epochs or M."""
-    unknown = [x for x in methods if x not in METHODS]
-    if unknown:
-        raise ValueError(f"--methods: unknown {unknown}; allowed values are {list(METHODS)}")
-    if not seeds or epochs < 1 or m < 1:
-        raise ValueError(
-            f"--seeds {list(seeds)}, --epochs {epochs}, --num-positives {m}: need "
-            "a seed, and epochs and M of at least 1"
-        )
-    rows = [Row(x, m if x in POSITIVE_METHODS else 0) for x in methods]
-    if "attentionnce" in methods:
-        rows += [Row("attentionnce", k) for k in extra_m if k != m]
-    rows += [r for r in ablation if r not in rows]
-    if time_matched:
-        rows += [
-            Row(base, comparison="equal-time", time_of=Row(target, m))
-            for base, target in TIME_MATCH.items()
-            if base in methods and target in methods
-        ]
-    return [Run(r, s, 0 if r.time_of else epochs) for s in seeds for r in rows]
 
 
 def matched_epochs(epochs: int, base_s_per_epoch: float, target_s_per_epoch: float) -> int:

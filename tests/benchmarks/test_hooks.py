@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from attnce_plugin.install import require_solo
-from benchmarks.hooks import ValidateAtTrainSize
+from benchmarks.hooks import ValidateAtTrainSize, val_transform
 
 require_solo()  # loudly: these tests need solo-learn
 
@@ -32,3 +32,17 @@ def test_a_bad_size_is_refused_naming_the_key_and_what_it_takes() -> None:
     with pytest.raises(ValueError) as err:
         ValidateAtTrainSize(0)
     assert "hydra.callbacks.bench.size" in str(err.value) and "positive" in str(err.value)
+
+
+@pytest.mark.parametrize("given", [[], ["++augmentations.0.mean=[0.5,0.5,0.5]"]])
+def test_validation_and_the_probe_normalise_as_solo_learns_custom_training_pipeline(given) -> None:
+    from solo.data.pretrain_dataloader import build_transform_pipeline
+    from torchvision import transforms
+
+    from benchmarks.runner import compose
+
+    cfg = compose("pretrain/custom/attentionnce.yaml", given)
+    steps = build_transform_pipeline("custom", cfg.augmentations[0]).transforms
+    solo = next(t for t in steps if isinstance(t, transforms.Normalize))
+    ours = val_transform(32, cfg.augmentations[0]).transforms[-1]
+    assert (tuple(ours.mean), tuple(ours.std)) == (tuple(solo.mean), tuple(solo.std))

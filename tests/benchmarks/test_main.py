@@ -56,5 +56,6 @@ def test_smoke_end_to_end_then_reuse_then_the_reference(tmp_path: Path, capsys) 
     [(["--set", "no_equals_sign"], "KEY=VALUE"), (["--row", "simclr:d_neg=1"], "allowed values")],
 )
 def test_cli_errors_name_the_problem_before_any_training(argv, message, tmp_path, capsys) -> None:
-    assert main([*argv, "--out", str(tmp_path), "--dry-run"]) == 2
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / "runs").exists()
     assert message in capsys.readouterr().err

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks import report
-from benchmarks.__main__ import build_parser, main, plan, read_results
+from benchmarks.__main__ import build_parser, main, settings
 from benchmarks.recorder import read_records
+from benchmarks.runner import read_results
 from benchmarks.runs import Row, controls, parse_row, row_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def test_the_committed_results_md_is_the_reports(rebuilt: str) -> None:
 
 
 def test_readme_and_results_doc_hold_exactly_the_reports_tables() -> None:
-    runs = plan(build_parser().parse_args(["--preset", "reference"]))
+    runs = settings(build_parser().parse_args(["--preset", "reference"])).runs()
     lines = report.aggregate(read_results(REFERENCE, runs))
     assert report.summary_table(lines) in (ROOT / "README.md").read_text()
     results = (ROOT / "docs" / "results.md").read_text()
@@ -123,7 +124,7 @@ def test_verdict_lines_follow_the_paired_rule_and_are_counted() -> None:
     assert "linear +0.00 ±" in lines[f"- Ablation: {noisy.label}"]
     assert "not shown" in lines[f"- Ablation: {noisy.label}"]
     assert "linear -3.00, one seed: no test" in lines[f"- Ablation: {one.label}"]
-    assert "|t| > 2: seed 4 asked" in lines[f"- Ablation: {hint.label}"]  # seeds 0-3 exist
+    assert "t = -2.85), not shown" in lines[f"- Ablation: {hint.label}"]  # |t| > 2 is not real
     # 4 rows x 2 probes against the one control present; 6 paired, 2 real
     assert "| 8 | 6 | 2 | 2 |" in md
 

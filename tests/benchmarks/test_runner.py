@@ -15,13 +15,14 @@ from omegaconf import OmegaConf
 
 from attnce_plugin.install import require_solo
 from benchmarks import runner
-from benchmarks.runs import METHODS, Row, Run
+from benchmarks.runs import METHODS, Preset, Row, Run
 
 require_solo()  # loudly: prepare() names solo-learn's main_pretrain.py
 
 
-def _budget(tmp_path: Path, *sets: str, **kw) -> runner.Budget:
-    return runner.Budget(tmp_path / "data" / "subset", "", 8, sets=sets, **kw)
+def _budget(tmp_path: Path, *sets: str, crop_min_scale=None, **kw) -> runner.Budget:
+    chosen = Preset(1, 1, 1, 8, (0,), sets=sets, crop_min_scale=crop_min_scale)
+    return runner.Budget(tmp_path / "data" / "subset", "", chosen, **kw)
 
 
 def _flat(node, prefix="") -> dict:
@@ -59,8 +60,8 @@ def test_a_run_differs_from_its_shipped_config_only_where_its_overrides_say(tmp_
     assert "+hydra.callbacks.bench.size=32" in prep.command
 
 
-def test_the_record_names_no_machine_folder_and_its_script_runs_anywhere(tmp_path):
-    out = tmp_path / "out dir"  # a space: the script quotes its folders
+def test_the_record_names_no_machine_folder_and_its_command_runs_with_them_named(tmp_path):
+    out = tmp_path / "out dir"  # a space: the command quotes its folders
     prep = runner.prepare(Run(Row("attentionnce", 4), 0, 1), _budget(out), out)
     prep.write()
     script, cfg = (prep.run_dir / "command.sh").read_text(), prep.run_dir / "config.yaml"
@@ -69,16 +70,14 @@ def test_the_record_names_no_machine_folder_and_its_script_runs_anywhere(tmp_pat
     assert "++data.train_path=<data-cache>/subset/train" in cfg.read_text()
     assert "  dir: <out>/runs/equal-epoch/AttentionNCE-M-4/seed0/ckpt\n" in cfg.read_text()
     assert OmegaConf.load(cfg).views.num_positives == 4  # the report reads it back
-    # the script, moved with its folder and run with echo for python3, names the real folders
-    moved = tmp_path / "moved"
-    (prep.run_dir.parents[3]).rename(moved)
-    folders = dict(REPO="/r", SOLO_LEARN="/s", DATA_CACHE="/d", PATH="/usr/bin:/bin")
-    body = script.replace(" python3 ", " echo ")
-    argv = ["sh", "-c", body, str(moved / "runs" / prep.run.key / "command.sh")]
-    done = subprocess.run(argv, env=folders, capture_output=True, text=True)
+    # this machine's folders named again, and echo for python3: the command runs
+    folders = {"<out>": str(out), "<data-cache>": "/d", "<solo-learn>": "/s", "<repo>": "/r"}
+    for placeholder, folder in {**folders, " python3 ": " echo "}.items():
+        script = script.replace(placeholder, folder)
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "/s/main_pretrain.py" in done.stdout and "++data.val_path=/d/subset/val" in done.stdout
-    assert f"++checkpoint.dir={moved}/runs/{prep.run.key}/ckpt" in done.stdout
+    assert f"++checkpoint.dir={out}/runs/{prep.run.key}/ckpt" in done.stdout
 
 
 def test_set_values_come_late_and_only_for_their_method(tmp_path):
@@ -115,10 +114,13 @@ def test_finished_runs_are_reused_and_time_matched_from_their_lowest_seed(tmp_pa
     _finish(tmp_path, target, 25.0)
     _finish(tmp_path, Run(Row("simclr"), 2, 10), 99.0)  # seed 2 has no target: not used
     timed = Run(Row("simclr", comparison="equal-time", time_of=Row("attentionnce", 4)), 2, 0)
-    monkeypatch.setattr(runner, "launch", lambda *a, **k: pytest.fail("a finished run trained"))
-    results = runner.execute([base, target, timed], _budget(tmp_path), tmp_path, dry_run=True)
-    assert [r["key"] for r in results] == [base.key, target.key]  # reused; the last is written
-    assert "++max_epochs=25" in (tmp_path / "runs" / timed.key / "config.yaml").read_text()
+    launched = []  # the one run that trains: records what it would launch
+    monkeypatch.setattr(
+        runner, "launch", lambda prep, _: launched.append(prep) or {"status": "", "error": ""}
+    )
+    results = runner.execute([base, target, timed], _budget(tmp_path), tmp_path)
+    assert [r["key"] for r in results[:2]] == [base.key, target.key]  # reused
+    assert [p.run.key for p in launched] == [timed.key] and "++max_epochs=25" in launched[0].command
     assert runner.equal_time_epochs(timed, tmp_path) == 25
 
 
@@ -126,7 +128,7 @@ def test_no_time_match_across_two_cpus_and_a_failed_record_is_trained_again(tmp_
     _finish(tmp_path, Run(Row("mocov3"), 0, 29), 10.0, "A")
     _finish(tmp_path, Run(Row("mocov3_attentionnce", 4), 0, 29), 15.0, "B")
     timed = Run(Row("mocov3", comparison="equal-time", time_of=Row("mocov3_attentionnce", 4)), 0, 0)
-    assert "their seconds do not compare" in str(runner.equal_time_epochs(timed, tmp_path))
+    assert "seconds do not compare" in str(runner.equal_time_epochs(timed, tmp_path))
     path = tmp_path / "runs" / "equal-epoch/MoCo-v3/seed0/result.json"
     data = json.loads(path.read_text())
     assert data["cpu"] == "A" and data["run_dir"] == ""  # a record names no machine's path
