@@ -99,18 +99,9 @@ RECORDED = ["train_attn_num_positives", "train_attn_num_negatives", *dict(ACTIVI
 
 
 def activity(run_dir: str) -> Dict[str, float]:
-    """The ``RECORDED`` values of a run's last epoch. Records before the methods logged P and K give
-    them from the run's config."""
-    path = Path(run_dir, "record.jsonl")
-    last = (read_records(path, "epoch") or [{}])[-1] if run_dir else {}
+    """The ``RECORDED`` values of a run's last epoch (its ``_epoch`` means) that it holds."""
+    last = (read_records(Path(run_dir, "record.jsonl"), "epoch") or [{}])[-1] if run_dir else {}
     found = {k: last.get(k, last.get(f"{k}_epoch")) for k in RECORDED}
-    if found[BETA] is not None and found[RECORDED[1]] is None:
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.load(path.parent / "config.yaml")
-        b, m = int(cfg.optimizer.batch_size), int(cfg.views.num_positives)
-        moco = cfg.method == "mocov3_attentionnce"
-        found.update(zip(RECORDED, (m + 1, b - 1) if moco else (m, 2 * b - 2)))
     return {k: v for k, v in found.items() if v is not None}
 
 
@@ -195,7 +186,8 @@ def _activity_cells(line: Line) -> List[str]:
     s = {k: mean for k, (mean, _) in line.stats.items()}
     if s[BETA] is None:
         return ["-"] * len(ACTIVITY)
-    cells = [f"{s[k]:.2f} of {round(s[n])}" for (k, _), n in zip(ACTIVITY[:2], RECORDED)]
+    of = [f" of {s[n]:.0f}" if s[n] is not None else "" for n in RECORDED[:2]]  # older: no P, K
+    cells = [f"{s[k]:.2f}{o}" for (k, _), o in zip(ACTIVITY[:2], of)]
     cells += ["n/a" if s[k] is None else f"{s[k]:.2f}" for k, _ in ACTIVITY[2:]]
     return [_only(line, k, c) for (k, _), c in zip(ACTIVITY, cells)]
 
