@@ -44,8 +44,7 @@ def _list(kind: type) -> Callable[[str], tuple]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser("python3 -m benchmarks", description=__doc__)
     p.formatter_class = argparse.RawDescriptionHelpFormatter  # the docstring's layout, kept
-    p.epilog = "Options left out take the preset's values. Arguments after '--' go unchanged to "
-    p.epilog += "every run."
+    p.epilog = "Options left out take the preset's values."
     add = p.add_argument
     presets = "; ".join(f"{k}: {v.description}" for k, v in table.PRESETS.items())
     add("--preset", default="default", choices=list(table.PRESETS), help=presets)
@@ -67,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--data-cache", help="converted Fashion-MNIST (default <out>/data)")
     add("--no-offline-probe", dest="offline_probe", action="store_false")
     add("--no-references", dest="references", action="store_false", help="no untrained/pixels")
-    add("--keep-checkpoints", action="store_true")
     add("--report-only", action="store_true", help="the tables from the records in --out only")
+    add("overrides", nargs="*", metavar="-- OVERRIDE", help="raw Hydra overrides for every run")
     return p
 
 
@@ -92,8 +91,7 @@ def make_budget(args: argparse.Namespace, chosen: table.Preset, out: Path) -> ru
     note = f"Fashion-MNIST (Debian dataset-fashion-mnist): {n_train} training images (class-"
     note += f"stratified subset of the 60,000), {n_val} validation images (of the 10,000 test "
     note += f"images), {runner.CROP} px RGB"
-    probe, keep = args.offline_probe, args.keep_checkpoints
-    return runner.Budget(data, note, chosen, args.overrides, probe, keep)
+    return runner.Budget(data, note, chosen, args.overrides, args.offline_probe)
 
 
 def machine() -> str:
@@ -165,11 +163,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # A plain `kill` stops the training subprocess too (subprocess.run kills it on exit).
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     command = " ".join(["python3 -m benchmarks", *map(shlex.quote, argv)])
-    cut = argv.index("--") if "--" in argv else len(argv)
     try:
-        args = build_parser().parse_args(argv[:cut])
-        args.overrides = argv[cut + 1 :]
-        return bench(args, command)
+        return bench(build_parser().parse_args(argv), command)
     except (ValueError, FileNotFoundError, ImportError) as err:  # bad settings, no data
         print(f"benchmarks: error: {err}", file=sys.stderr)
         return 2

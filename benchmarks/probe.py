@@ -1,7 +1,6 @@
 """The offline probe of frozen features, on every train and val image at the crop size (Resize +
 CenterCrop, the pretraining normalisation, no augmentation): softmax regression (L-BFGS, its L2
-picked on a stratified 20 % hold-out) and solo-learn's weighted kNN classifier (the features'
-uniformity and effective rank are the plugin's diagnostics', ``val_repr_feats_*``). solo-learn's
+picked on a stratified 20 % hold-out) and solo-learn's weighted kNN classifier. solo-learn's
 ``main_linear.py`` would upscale custom data to 224 px (~49x the compute of 32 px crops).
 """
 

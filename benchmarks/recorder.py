@@ -7,8 +7,7 @@ rank 0, appended to::
      "peak_cuda_mib", <every scalar of trainer.callback_metrics>}
 
 ``train_seconds``: the epoch's start to its last batch's end (validation excluded; on a GPU the
-last batch waited for). The committed records also hold lines of events nothing reads any more
-(``fit_start``, ``step``, ``fit_end``) and more seconds of each epoch (``val_seconds``, phases)."""
+last batch waited for). Older records also hold lines of other events."""
 
 from __future__ import annotations
 

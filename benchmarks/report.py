@@ -138,10 +138,8 @@ NUMBERS = (
 
 def _provenance(result: Result) -> str:
     """``plugin version @ commit`` of the code that trained a run; "-" in records from before."""
-    commit = result.get("commit")
-    if not commit:
-        return "-"
-    return f"{result.get('plugin_version')} @ {commit[:8]}{'-dirty' * commit.endswith('-dirty')}"
+    commit = result.get("commit") or ""  # 40 hex digits, then "-dirty" where it was
+    return f"{result.get('plugin_version')} @ {commit[:8]}{commit[40:]}" if commit else "-"
 
 
 def aggregate(results: Iterable[Result]) -> List[Line]:
@@ -345,11 +343,9 @@ def _curves(line: Line, seeds: Sequence[int]) -> Dict[int, float]:
 
 
 def draw(lines: Sequence[Line], out: Path) -> List[str]:
-    """``results.png``: offline linear and kNN of every row, each seed a point, against training
-    time, the untrained backbone and raw pixels as lines; ``curves.png``: a panel for each
-    AttentionNCE ablation row, its online kNN per epoch beside its control's with the attention off
-    on the same seeds (the MoCo form's: the shipped MoCo form, whose d_neg 10 leaves its attention
-    near uniform)."""
+    """``results.png``: each row's offline probes (a point a seed) against training time, the
+    references as lines; ``curves.png``: each ablation row's online kNN per epoch beside its
+    attention-off control (the MoCo form's: the shipped MoCo form, near uniform at d_neg 10)."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
     figures = {"results.png": Figure(figsize=(13, 8), layout="constrained")}

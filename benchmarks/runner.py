@@ -43,7 +43,6 @@ class Budget:
     settings: Preset
     overrides: Sequence[str] = ()
     probe: bool = True  # the offline probe of each run's last checkpoint
-    keep_checkpoints: bool = False
 
 
 def parse_set(text: str) -> Tuple[Optional[str], str, str]:
@@ -220,8 +219,7 @@ def launch(prep: Prepared, budget: Budget) -> Result:
     elif result["status"] == "ok" and budget.probe:
         trained = lambda: backbone(ckpts[-1].parent / "args.json", ckpts[-1])  # noqa: E731
         probe_into(result, trained, budget, prep.resolved)
-    if not budget.keep_checkpoints:
-        shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
+    shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)  # command.sh trains it again
     save_result(result)
     return result
 
@@ -229,21 +227,20 @@ def launch(prep: Prepared, budget: Budget) -> Result:
 def wait_showing_epochs(proc: subprocess.Popen, record: Path, epochs: int) -> int:
     """Wait for the training process, showing its finished epochs and the time left on one
     updating line; the record is read after each ``PROGRESS_S`` seconds of waiting, not polled."""
-    shown, tty = 0, sys.stderr.isatty()
+    shown, end = 0, "\r" if sys.stderr.isatty() else "\n"
     while True:
         try:
             code: Optional[int] = proc.wait(timeout=PROGRESS_S)
         except subprocess.TimeoutExpired:
             code = None
         done = read_records(record, "epoch")
-        if len(done) != shown:
+        if len(done) > shown:
             shown, per_epoch = len(done), float(done[-1]["elapsed_seconds"]) / len(done)
             left = (epochs - shown) * per_epoch / 60
             line = f"    epoch {shown}/{epochs}, {per_epoch:.0f} s/epoch, ~{left:.0f} min left"
-            print(("\r" if tty else "") + line, end="" if tty else "\n", file=sys.stderr)
+            print(line, end=end, file=sys.stderr)
         if code is not None:
-            if tty and shown:
-                print(file=sys.stderr)  # ends the updating line
+            print(end="\n" if shown and end == "\r" else "", file=sys.stderr)  # ends the line
             return code
 
 
@@ -253,18 +250,9 @@ def save_result(result: Result) -> None:
     Path(result["run_dir"], "result.json").write_text(text)
 
 
-def load_result(run_dir: Path) -> Optional[Result]:
-    """A finished, successful run's result, or None."""
-    try:
-        data = json.loads((run_dir / "result.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return dict(data, run_dir=str(run_dir)) if data.get("status") == "ok" else None
-
-
 def read_results(out: Path, runs: Sequence[Run] = ()) -> List[Result]:
-    """Every record in ``out/runs``, finished or not: ``runs``' in their order, then the others by
-    folder."""
+    """Every record in ``out/runs``, finished ("ok") or not: ``runs``' in their order, then the
+    others by folder."""
     order = {r.key: i for i, r in enumerate(runs)}
     paths = sorted((out / "runs").glob("**/result.json"), key=str)
     results = [dict(json.loads(p.read_text()), run_dir=str(p.parent)) for p in paths]
@@ -303,10 +291,11 @@ def execute(runs: Sequence[Run], budget: Budget, out: Path) -> List[Result]:
     """Train (or reuse) and probe every run, in order; every config is composed before the first
     run starts, so that a bad override fails at once."""
     prepared = {r.key: prepare(r, budget, out) for r in runs if r.epochs}
+    finished = {r["key"]: r for r in read_results(out) if r["status"] == "ok"}
     results: List[Result] = []
     for i, run in enumerate(runs, 1):
         what = f"[{i}/{len(runs)}] {run.row.label}, seed {run.seed}"
-        prior = load_result(out / "runs" / run.key)  # to train it again, delete its folder
+        prior = finished.get(run.key)  # to train it again, delete its folder
         if prior is not None and run.epochs in (0, prior["epochs"]):
             print(f"{what}: reused {prior['run_dir']}", file=sys.stderr)
             results.append(prior)
@@ -339,13 +328,14 @@ def reference_results(results: Sequence[Result], budget: Budget, out: Path) -> L
         return []
     cfg = OmegaConf.create(json.loads(args_json.read_text()))
     seeds = sorted({int(r["seed"]) for r in results})
+    finished = {r["key"]: r for r in read_results(out) if r["status"] == "ok"}
     refs = []
     for label, key, ref_seeds in ((UNTRAINED, "random-init", seeds), (PIXELS, "raw-pixels", [0])):
         for seed in ref_seeds:
             ref = new_result(Run(Row("simclr", comparison="reference"), seed, 0))
             ref.update(key=f"reference/{key}/seed{seed}", label=label, method="none", settings=[])
             ref["run_dir"] = str(out / "runs" / ref["key"])
-            prior = load_result(Path(ref["run_dir"]))
+            prior = finished.get(ref["key"])
             if prior is None:
                 untrained = lambda s=seed: backbone(args_json, seed=s)  # noqa: E731
                 probe_into(ref, untrained if label == UNTRAINED else torch.nn.Flatten, budget, cfg)

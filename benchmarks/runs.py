@@ -36,9 +36,9 @@ UNTRAINED, PIXELS = "random init (no pretraining)", "raw pixels"
 
 @dataclass(frozen=True)
 class Row:
-    """A table row: a method with M positives and ``method_kwargs`` settings (as (key, value)
-    pairs), in one comparison; an equal-time row names the row whose training time it matches.
-    Its label and folder follow from it (the committed records' labels are these)."""
+    """A table row: a method at M positives with ``method_kwargs`` (key, value) pairs, in one
+    comparison (an equal-time row names the row whose time it matches); its label is the records'.
+    """
 
     method: str
     m: int = 0
@@ -112,10 +112,9 @@ def row_of(result: Dict[str, Any]) -> Row:
 
 
 def controls(row: Row) -> List[Row]:
-    """What an ablation row is set against: the same views without the attention and the
-    attention off (at the row's temperature) and equal-time SimCLR (at the preset's), or for a
-    MoCo-form row the shipped MoCo form and MoCo v3; and for the ``importance`` form the same
-    setting in the paper's ``logit`` form."""
+    """An ablation row's controls: SimCLR on the same views and the attention off (at the row's
+    temperature), equal-time SimCLR (at the preset's); for the MoCo form the shipped MoCo form and
+    MoCo v3; for the ``importance`` form also the same setting in the paper's ``logit`` form."""
     tau = tuple((k, v) for k, v in row.kwargs if k == "temperature")
     out = [Row("simclr_views", row.m, tau), Row("attentionnce_off", row.m, tau)]
     out += [] if tau else [SIMCLR_TIME]

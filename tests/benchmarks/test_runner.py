@@ -108,23 +108,28 @@ def _finish(out: Path, run: Run, seconds: float, cpu: str = "A") -> None:
     runner.save_result(result)
 
 
+def _launches(monkeypatch) -> list:
+    """The runs that execute() trains, recorded instead of trained."""
+    runs: list = []
+    done = {"status": "", "error": ""}
+    monkeypatch.setattr(runner, "launch", lambda prep, _: runs.append(prep) or done)
+    return runs
+
+
 def test_finished_runs_are_reused_and_time_matched_from_their_lowest_seed(tmp_path, monkeypatch):
     base, target = Run(Row("simclr"), 1, 10), Run(Row("attentionnce", 4), 1, 10)
     _finish(tmp_path, base, 10.0)
     _finish(tmp_path, target, 25.0)
     _finish(tmp_path, Run(Row("simclr"), 2, 10), 99.0)  # seed 2 has no target: not used
     timed = Run(Row("simclr", comparison="equal-time", time_of=Row("attentionnce", 4)), 2, 0)
-    launched = []  # the one run that trains: records what it would launch
-    monkeypatch.setattr(
-        runner, "launch", lambda prep, _: launched.append(prep) or {"status": "", "error": ""}
-    )
+    launched = _launches(monkeypatch)
     results = runner.execute([base, target, timed], _budget(tmp_path), tmp_path)
     assert [r["key"] for r in results[:2]] == [base.key, target.key]  # reused
     assert [p.run.key for p in launched] == [timed.key] and "++max_epochs=25" in launched[0].command
     assert runner.equal_time_epochs(timed, tmp_path) == 25
 
 
-def test_no_time_match_across_two_cpus_and_a_failed_record_is_trained_again(tmp_path):
+def test_no_time_match_across_two_cpus_and_a_failed_record_is_trained_again(tmp_path, monkeypatch):
     _finish(tmp_path, Run(Row("mocov3"), 0, 29), 10.0, "A")
     _finish(tmp_path, Run(Row("mocov3_attentionnce", 4), 0, 29), 15.0, "B")
     timed = Run(Row("mocov3", comparison="equal-time", time_of=Row("mocov3_attentionnce", 4)), 0, 0)
@@ -132,6 +137,8 @@ def test_no_time_match_across_two_cpus_and_a_failed_record_is_trained_again(tmp_
     path = tmp_path / "runs" / "equal-epoch/MoCo-v3/seed0/result.json"
     data = json.loads(path.read_text())
     assert data["cpu"] == "A" and data["run_dir"] == ""  # a record names no machine's path
-    assert runner.load_result(path.parent)["run_dir"] == str(path.parent)
+    assert str(path.parent) in [r["run_dir"] for r in runner.read_results(tmp_path)]
     path.write_text(json.dumps(dict(data, status="failed")))
-    assert runner.load_result(path.parent) is None
+    launched = _launches(monkeypatch)
+    runner.execute([Run(Row("mocov3"), 0, 29)], _budget(tmp_path), tmp_path)
+    assert [p.run.key for p in launched] == ["equal-epoch/MoCo-v3/seed0"]
