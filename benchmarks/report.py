@@ -311,11 +311,7 @@ def verdicts_markdown(lines: Sequence[Line]) -> str:
     head = ["lines (comparison x probe)", "paired (2+ common seeds)", "interval excludes 0"]
     real, survive = (sum(s[k] for s in flat) for k in ("real", "holm"))
     counts = [len(pairs) * len(PROBES), len(flat), real, survive]
-    return section(
-        "Verdicts",
-        "\n".join(out),
-        table([*head, "survive Holm"], [counts]),
-    )
+    return section("Verdicts", "\n".join(out), table([*head, "survive Holm"], [counts]))
 
 
 def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:

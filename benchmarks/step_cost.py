@@ -1,7 +1,7 @@
 """Training-step cost through Lightning: s/step, images/s and peak memory of SimCLR, AttentionNCE,
 MoCo v3 and AttentionNCE's MoCo form, each beside its baseline::
 
-    python3 -m benchmarks.step_cost --device cuda --out bench_out/step_cuda.md        # 16-mixed
+    python3 -m benchmarks.step_cost --device cuda > step_cuda.md                      # 16-mixed
     python3 -m benchmarks.step_cost --threads 2 --methods simclr attentionnce    # 32 px, fp32
 
 A method row: the shipped ``pretrain/custom/`` config with the run table's overrides, built as
@@ -138,7 +138,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add = p.add_argument
     add("--device", choices=("cpu", "cuda"), default="cpu")
-    add("--out", type=Path, help="also write the table to this file")
     # 1 thread: on a shared machine a 2-thread OpenMP barrier stalls while another process runs.
     add("--threads", type=int, default=1, help="CPU threads (0: torch's default)")
     add("--precision", help="Lightning's (default 16-mixed on cuda, 32 on cpu)")
@@ -166,11 +165,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for method in args.methods:
             rows.append(measure(method, args, Path(tmp)))
             print(f"  [{method}: {rows[-1]['s']:.4f} s/step]", file=sys.stderr, flush=True)
-    text = report(rows, args, argv)
-    print(text, end="")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    print(report(rows, args, argv), end="")  # the table alone on stdout: `> step.md` keeps it
     return 0
 
 

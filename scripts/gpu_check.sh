@@ -105,8 +105,9 @@ sys.exit(3 if '$dev' == 'cuda' and not torch.cuda.is_available() else 0)"
     --device "$dev" --junitxml "$OUT/tests.xml" --ignore tests/plugin/test_dali.py \
     ${GPUCHECK_TESTS:-tests}
   for p in "${precisions[@]}"; do
-    step "step_cost_$p" 150 "step_cost_$p.md" "$PY" -m benchmarks.step_cost --device "$dev" \
-      --precision "$p" --out "$OUT/step_cost_$p.md" "${small_step[@]}"
+    # shellcheck disable=SC2016 # sh -c's own "$@": the table to its file, the rest to the log
+    step "step_cost_$p" 150 "step_cost_$p.md" sh -c '"$@" >"$0"' "$OUT/step_cost_$p.md" \
+      "$PY" -m benchmarks.step_cost --device "$dev" --precision "$p" "${small_step[@]}"
   done
   # the device tool brings back a few files only: the tests' verdict travels in the summary
   echo "tests: $(tail -n 1 "$OUT/tests.log" 2>/dev/null)" >>"$OUT/summary.md"
