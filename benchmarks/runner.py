@@ -20,7 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_module
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from benchmarks.recorder import read_records
 from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Preset, Row, Run, matched_epochs
@@ -85,11 +89,6 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
 def compose(config: str, overrides: Sequence[str]) -> DictConfig:
     """The shipped config with overrides, resolved, as main_pretrain.py gets it; Hydra's errors
     as ValueError."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         with initialize_config_module("attnce_plugin.configs", version_base="1.2"):
             cfg = hydra_compose(config, overrides=list(overrides))

@@ -40,7 +40,6 @@ def overrides(args: argparse.Namespace, train_path: str, method: str) -> List[st
     out = [*METHODS[method][2], *(["trainer=cpu"] if args.device == "cpu" else gpu)]
     out += [f"++precision={args.precision}", f"++data.train_path={train_path}", "~data.val_path"]
     out += [f"++views.crop_size={args.size}", f"++optimizer.batch_size={args.batch_size}"]
-    out += [f"++performance.disable_channel_last={str(not args.channels_last).lower()}"]
     out += ["++knn_eval.enabled=False", "++scheduler.warmup_epochs=0", "++max_epochs=1"]
     return out
 
@@ -115,8 +114,8 @@ def report(rows: Sequence[Dict], args: argparse.Namespace, argv: Sequence[str]) 
     peak = "CUDA max_memory_allocated" if gpu else "process peak RSS so far"
     head = (
         f"device {args.device}{gpu}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"resnet18 (ImageNet stem), batch {args.batch_size}, {args.size} px, channels_last "
-        f"{'on' if args.channels_last else 'off'}, s/step: median of {args.rounds} fits of "
+        f"resnet18 (ImageNet stem), batch {args.batch_size}, {args.size} px, channels_last, "
+        f"s/step: median of {args.rounds} fits of "
         f"{args.steps} steps each (range: their min-max) after {args.warmup} warm-up steps; "
         f"peak memory: {peak}"
     )
@@ -141,7 +140,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # 1 thread: on a shared machine a 2-thread OpenMP barrier stalls while another process runs.
     add("--threads", type=int, default=1, help="CPU threads (0: torch's default)")
     add("--precision", help="Lightning's (default 16-mixed on cuda, 32 on cpu)")
-    add("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     add("--batch-size", type=int, default=128)
     add("--size", type=int, help="crop px (default 224 on cuda, 32 on cpu)")
     add("--steps", type=int, default=20, help="timed steps per fit")

@@ -16,7 +16,7 @@ require_solo()  # loudly: the rows are solo-learn methods
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = dict(device="cpu", precision="32", size=32, batch_size=4, channels_last=False)
+    base = dict(device="cpu", precision="32", size=32, batch_size=4)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -33,7 +33,7 @@ def test_rows_are_the_shipped_configs_with_the_run_tables_switches(method, tmp_p
     assert (cfg.method, cfg.method_kwargs.loss) == (step_cost.METHODS[method][1], loss)
     crops = sum(int(p.num_crops) for p in cfg.augmentations)
     assert crops == (2 if loss != "attentionnce" else 6)  # 2 anchors + M = 4
-    assert (cfg.accelerator, cfg.devices) == ("cpu", "1") and cfg.performance.disable_channel_last
+    assert (cfg.accelerator, cfg.devices) == ("cpu", "1")
     assert cfg.optimizer.batch_size == 4 and model.backbone is not None
 
 
