@@ -60,12 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     h = "an ablation row: METHOD (default attentionnce) at --num-positives with these "
     h += "method_kwargs, which win over --set; repeatable"
     add("--row", dest="rows", action="append", default=[], metavar="[METHOD:]KEY=VALUE,...", help=h)
-    one = "a config value, for every run or one method's"
-    add("--set", dest="sets", action="append", default=[], metavar="[METHOD:]KEY=VALUE", help=one)
+    one = "a config value for every run (one method's: run it alone with --methods)"
+    add("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=one)
     add("--out", default="bench_out", help="output folder (default ./bench_out)")
     add("--data-cache", help="converted Fashion-MNIST (default <out>/data)")
     add("--no-offline-probe", dest="offline_probe", action="store_false")
-    add("--no-references", dest="references", action="store_false", help="no untrained/pixels")
     add("--report-only", action="store_true", help="the tables from the records in --out only")
     add("overrides", nargs="*", metavar="-- OVERRIDE", help="raw Hydra overrides for every run")
     return p
@@ -131,7 +130,7 @@ def bench(args: argparse.Namespace, command: str) -> int:
         runs, budget = chosen.runs(), make_budget(args, chosen, out)
         print(f"benchmarks: {len(runs)} runs; output in {out}", file=sys.stderr)
         results = runner.execute(runs, budget, out)
-        if args.references and args.offline_probe:
+        if args.offline_probe:  # the references are probes too
             results += runner.reference_results(results, budget, out)
         note = budget.note
     # The raw pixels have seed 0 only.
@@ -140,8 +139,7 @@ def bench(args: argparse.Namespace, command: str) -> int:
         f"command: `{command}`, {datetime.datetime.now():%Y-%m-%d %H:%M}, "
         f"{(time.perf_counter() - started) / 60:.1f} min",
         f"machine: {machine()}",
-        "trained on: each run's processor is the cpu column of runs.csv; the columns and the "
-        "paired rule are explained in attnce-plugin's docs/results.md",
+        "trained on: runs.csv's cpu column; columns and rule: attnce-plugin's docs/results.md",
         f"data: {note}",
         f"budget: batch {chosen.batch_size}, seeds {', '.join(map(str, seeds))}; each run is a "
         "shipped config plus the overrides below (its config.yaml and command.sh are in runs/)",

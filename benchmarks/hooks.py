@@ -27,9 +27,7 @@ class ValidateAtTrainSize(HydraCallback):
     """Hydra callback (``hydra.callbacks.bench``): ``custom`` data validated at ``size`` px."""
 
     def __init__(self, size: int) -> None:
-        if int(size) < 1:
-            raise ValueError(f"hydra.callbacks.bench.size={size}: must be a positive image size")
-        self.size = int(size)
+        self.size = int(size)  # the runner's CROP
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         """solo-learn's ``build_custom_pipeline`` at ``size`` px (``prepare_transforms`` looks it

@@ -31,16 +31,8 @@ def read_records(path: Path, event: Optional[str] = None) -> List[Dict[str, Any]
     return [r for r in map(json.loads, lines) if event is None or r.get("event") == event]
 
 
-def _scalar(value: Any) -> Optional[float]:
-    if isinstance(value, torch.Tensor):
-        return float(value.detach().float().cpu()) if value.numel() == 1 else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 class RunRecorder(Callback):
     def __init__(self, path: Union[str, Path]) -> None:
-        if not str(path):
-            raise ValueError("RunRecorder needs a file path, got an empty one")
         self.path = Path(path)
         self._fit_start = self._epoch_start = self._last_batch_end = None
 
@@ -72,11 +64,9 @@ class RunRecorder(Callback):
             "peak_rss_mib": rss / (2**20 if sys.platform == "darwin" else 2**10),
             "peak_cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if on_cuda else None,
         }
-        metrics = {k: _scalar(v) for k, v in trainer.callback_metrics.items() if k not in record}
-        # JSON has no NaN/inf: null
-        record.update(
-            {k: v if math.isfinite(v) else None for k, v in metrics.items() if v is not None}
-        )
+        for key, value in trainer.callback_metrics.items():  # tensors: Lightning keeps them so
+            if key not in record and value.numel() == 1:
+                record[key] = float(value) if math.isfinite(value) else None  # JSON has no NaN
         if trainer.is_global_zero:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a") as fh:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -49,16 +48,12 @@ class Budget:
     probe: bool = True  # the offline probe of each run's last checkpoint
 
 
-def parse_set(text: str) -> Tuple[Optional[str], str, str]:
-    """(method or None, key, value) of ``--set key=value`` or ``--set method:key=value``."""
-    lhs, eq, value = text.partition("=")
-    method, _, key = lhs.rpartition(":")
-    key = key.strip().lstrip("+")
-    if not eq or not key:
-        raise ValueError(f"--set {text!r}: expected KEY=VALUE or METHOD:KEY=VALUE")
-    if method and method not in METHODS:
-        raise ValueError(f"--set {text!r}: method {method!r} is not one of {list(METHODS)}")
-    return method or None, key, value.strip()
+def parse_set(text: str) -> Tuple[str, str]:
+    """(key, value) of ``--set KEY=VALUE`` (one method's: ``--methods`` runs it alone)."""
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip().lstrip("+"):
+        raise ValueError(f"--set {text!r}: expected KEY=VALUE")
+    return key.strip().lstrip("+"), value.strip()
 
 
 def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
@@ -81,8 +76,7 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     out += ["++enable_progress_bar=False", f"{record}._target_=benchmarks.recorder.RunRecorder"]
     out += [f"{record}.path={run_dir / 'record.jsonl'}", *run.row.overrides]
     own = {f"method_kwargs.{k}" for k, _ in run.row.kwargs}  # a row's settings win over --set
-    sets = [parse_set(s) for s in budget.settings.sets]
-    out += [f"++{k}={v}" for m, k, v in sets if m in (None, method) and k not in own]
+    out += [f"++{k}={v}" for k, v in map(parse_set, budget.settings.sets) if k not in own]
     return out + list(budget.overrides)
 
 
@@ -148,11 +142,10 @@ def prepare(run: Run, budget: Budget, out: Path) -> Prepared:
 
 def cpu_name() -> str:
     """The CPU's model name: seconds per epoch compare only on one processor."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return next(ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+    lines = (
+        Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    )
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "?")
 
 
 def provenance() -> Dict[str, str]:

@@ -58,10 +58,7 @@ class Row:
     @property
     def overrides(self) -> Tuple[str, ...]:
         out = (f"++views.num_positives={self.m}",) if self.m else ()
-        return out + tuple(
-            f"++method_kwargs.{k}={str(v).lower() if isinstance(v, bool) else v}"
-            for k, v in self.kwargs
-        )
+        return out + tuple(f"++method_kwargs.{k}={v}" for k, v in self.kwargs)
 
 
 #: A sign in a label's number: an exponent's, or a value's after "=".
@@ -152,11 +149,9 @@ class Preset:
         if unknown:
             raise ValueError(f"--methods: unknown {unknown}; allowed values are {list(METHODS)}")
         m = self.num_positives
-        if not self.seeds or self.epochs < 1 or m < 1:
-            raise ValueError(
-                f"--seeds {list(self.seeds)}, --epochs {self.epochs}, --num-positives {m}: need "
-                "a seed, and epochs and M of at least 1"
-            )
+        if not self.seeds or min(self.epochs, m) < 1:
+            got = f"--seeds {list(self.seeds)}, --epochs {self.epochs}, --num-positives {m}"
+            raise ValueError(f"{got}: need a seed, and epochs and M of at least 1")
         rows = [Row(x, m if x in POSITIVE_METHODS else 0) for x in self.methods]
         if "attentionnce" in self.methods:
             rows += [Row("attentionnce", k) for k in self.extra_m if k != m]

@@ -28,12 +28,6 @@ def test_custom_val_transform_is_at_training_size(monkeypatch) -> None:
     assert abs(float(out.mean()) - (128 / 255 - 0.5) / 0.25) < 1e-4  # our normalisation
 
 
-def test_a_bad_size_is_refused_naming_the_key_and_what_it_takes() -> None:
-    with pytest.raises(ValueError) as err:
-        ValidateAtTrainSize(0)
-    assert "hydra.callbacks.bench.size" in str(err.value) and "positive" in str(err.value)
-
-
 @pytest.mark.parametrize("given", [[], ["++augmentations.0.mean=[0.5,0.5,0.5]"]])
 def test_validation_and_the_probe_normalise_as_solo_learns_custom_training_pipeline(given) -> None:
     from solo.data.pretrain_dataloader import build_transform_pipeline

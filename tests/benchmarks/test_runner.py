@@ -80,14 +80,14 @@ def test_the_record_names_no_machine_folder_and_its_command_runs_with_them_named
     assert f"++checkpoint.dir={out}/runs/{prep.run.key}/ckpt" in done.stdout
 
 
-def test_set_values_come_late_and_only_for_their_method(tmp_path):
-    b = _budget(tmp_path, "optimizer.lr=0.3", "attentionnce:method_kwargs.d_neg=1")
+def test_set_values_come_late_and_yield_to_a_rows_own_settings(tmp_path):
+    b = _budget(tmp_path, "optimizer.lr=0.3", "method_kwargs.d_neg=1")
     att = runner.prepare(Run(Row("attentionnce", 4), 0, 1), b, tmp_path)
-    sim = runner.prepare(Run(Row("simclr"), 0, 1), b, tmp_path)
-    assert att.resolved.optimizer.lr == sim.resolved.optimizer.lr == 0.3
-    assert att.resolved.method_kwargs.d_neg == 1 and sim.resolved.method_kwargs.d_neg == 10
+    row = runner.prepare(Run(Row("attentionnce", 4, (("d_neg", 3.0),)), 0, 1), b, tmp_path)
+    assert att.resolved.optimizer.lr == row.resolved.optimizer.lr == 0.3
+    assert att.resolved.method_kwargs.d_neg == 1 and row.resolved.method_kwargs.d_neg == 3
     assert att.overrides[-1] == "++method_kwargs.d_neg=1"
-    for bad in ("no_equals", "=1", "byol:optimizer.lr=1"):
+    for bad in ("no_equals", "=1"):
         with pytest.raises(ValueError, match="--set"):
             runner.parse_set(bad)
 
