@@ -72,12 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings(args: argparse.Namespace) -> table.Preset:
     """The preset with the options the command line gives (its ``--set`` values after the
-    preset's); ValueError names a bad ``--set`` before anything trains."""
+    preset's)."""
     preset = table.PRESETS[args.preset]
     given = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(table.Preset)}
     given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if v is not None}
-    for text in args.sets:
-        runner.parse_set(text)
     return dataclasses.replace(preset, **dict(given, sets=preset.sets + tuple(args.sets)))
 
 

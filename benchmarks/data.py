@@ -1,8 +1,7 @@
-"""The benchmark's embedded dataset: Fashion-MNIST from Debian's ``dataset-fashion-mnist`` package
-(four gzipped IDX files, no network), converted once into 32 px RGB image folders that solo-learn
-reads as ``custom`` data: ``<cache>/<setting>/{train,val}/<class>/<n>.png``. The train folder is a
-class-stratified subset of the 60,000 training images, the val folder one of the 10,000 test
-images: no val image is seen in pretraining."""
+"""The benchmark's embedded dataset: Fashion-MNIST from Debian's ``dataset-fashion-mnist`` (no
+network), converted once into 32 px RGB image folders that solo-learn reads as ``custom`` data:
+``<cache>/<setting>/{train,val}/<class>/<n>.png``; train is a class-stratified subset of the 60,000
+training images, val one of the 10,000 test images (no val image is seen in pretraining)."""
 
 from __future__ import annotations
 

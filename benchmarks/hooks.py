@@ -11,9 +11,8 @@ from hydra.experimental.callback import Callback as HydraCallback
 
 
 def val_transform(size: int, pipeline: Any) -> Any:
-    """Resize + CenterCrop at ``size`` px and the normalisation solo-learn's
-    ``build_transform_pipeline`` gives ``custom`` data (the ``pipeline``'s mean and std, else
-    ImageNet's): validation and the offline probe."""
+    """Resize + CenterCrop at ``size`` px, normalised as solo-learn's ``build_transform_pipeline``
+    does ``custom`` data (the ``pipeline``'s mean and std, else ImageNet's)."""
     from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
     from torchvision import transforms
 

@@ -1,8 +1,7 @@
 """The offline probe of frozen features, on every train and val image at the crop size (Resize +
 CenterCrop, the pretraining normalisation, no augmentation): softmax regression (L-BFGS, its L2
 picked on a stratified 20 % hold-out) and solo-learn's weighted kNN classifier. solo-learn's
-``main_linear.py`` would upscale custom data to 224 px (~49x the compute of 32 px crops).
-"""
+``main_linear.py`` would upscale custom data to 224 px (~49x the compute of 32 px crops)."""
 
 from __future__ import annotations
 
@@ -78,26 +77,24 @@ def holdout_split(y: Tensor, fraction: float, seed: int) -> Tuple[Tensor, Tensor
     return torch.cat(fit), torch.cat(hold)
 
 
-def linear_probe(
-    train_x: Tensor, train_y: Tensor, val_x: Tensor, val_y: Tensor
-) -> Tuple[float, float]:
+def linear_probe(x: Tensor, y: Tensor, val_x: Tensor, val_y: Tensor) -> Tuple[float, float]:
     """(val top-1 %, chosen L2): the L2 of ``L2_GRID`` best on a hold-out of the train features
-    (ties go to the stronger one), then refit on all of them; features standardised."""
-    classes = int(max(train_y.max(), val_y.max())) + 1
-    mean, std = train_x.mean(0), train_x.std(0).clamp_min(1e-6)
-    tx, vx = (train_x - mean) / std, (val_x - mean) / std
-    fit, hold = holdout_split(train_y, 0.2, seed=0)
+    ``x`` (ties go to the stronger one), then refit on all of them; features standardised."""
+    classes = int(max(y.max(), val_y.max())) + 1
+    mean, std = x.mean(0), x.std(0).clamp_min(1e-6)
+    tx, vx = (x - mean) / std, (val_x - mean) / std
+    fit, hold = holdout_split(y, 0.2, seed=0)
 
     @torch.no_grad()
-    def accuracy(clf: nn.Linear, x: Tensor, y: Tensor) -> float:
-        return float((clf(x).argmax(1) == y).float().mean()) * 100.0
+    def accuracy(clf: nn.Linear, features: Tensor, labels: Tensor) -> float:
+        return float((clf(features).argmax(1) == labels).float().mean()) * 100.0
 
     def score(l2: float) -> Tuple[float, float]:
-        clf = fit_logistic(tx[fit], train_y[fit], classes, l2)
-        return accuracy(clf, tx[hold], train_y[hold]), l2
+        clf = fit_logistic(tx[fit], y[fit], classes, l2)
+        return accuracy(clf, tx[hold], y[hold]), l2
 
     best = max(L2_GRID, key=score)
-    return accuracy(fit_logistic(tx, train_y, classes, best), vx, val_y), best
+    return accuracy(fit_logistic(tx, y, classes, best), vx, val_y), best
 
 
 def knn_accuracy(train_x: Tensor, train_y: Tensor, val_x: Tensor, val_y: Tensor) -> float:

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from benchmarks.recorder import read_records
-from benchmarks.runs import MOCO_ATTN, PIXELS, QUESTIONS, UNTRAINED, Row, controls, row_of
+from benchmarks.runs import MOCO_ATTN, PIXELS, QUESTIONS, UNTRAINED, Result, Row, controls, row_of
 
 #: (mean, sample std); std is None with fewer than 2 values, mean None with none.
 MeanStd = Tuple[Optional[float], Optional[float]]
-Result = Dict[str, Any]
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -191,9 +190,8 @@ def _activity_cells(line: Line) -> List[str]:
 
 
 def runs_table(lines: Sequence[Line]) -> str:
-    head = ["method", "comparison", "epochs", "seeds", "online kNN", "online linear"]
-    head += ["offline kNN", "offline linear", "s / epoch", "train s"]
-    head += ["peak mem MiB", "trained by"]
+    head = ["method", "comparison", "epochs", "seeds", "online kNN", "online linear", "offline kNN"]
+    head += ["offline linear", "s / epoch", "train s", "peak mem MiB", "trained by"]
     body = []
     for r in lines:
         cells = [fmt(r.stats[a]) for a in NUMBERS[:4]]
@@ -382,8 +380,7 @@ def draw(lines: Sequence[Line], out: Path) -> List[str]:
 
 
 def write_outputs(results: Sequence[Result], markdown: str, out: Path) -> str:
-    """``results.md``, ``runs.csv`` (every result's scalars, its folder relative to ``out``) and
-    the figures."""
+    """``results.md``, ``runs.csv`` (results' scalars, folders relative to ``out``), figures."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(markdown)
     relative = [os.path.relpath(r["run_dir"], out) if r.get("run_dir") else "" for r in results]

@@ -26,14 +26,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from benchmarks.recorder import read_records
-from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Preset, Row, Run, matched_epochs
+from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Preset, Result, Row, Run, matched_epochs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-Result = Dict[str, Any]
 #: The embedded data's size: the views' and (benchmarks/hooks.py) the validation images'.
 CROP = 32
-#: Seconds between looks at a training run's record for its progress line.
-PROGRESS_S = 10.0
+PROGRESS_S = 10.0  # between looks at a training run's record
 
 
 @dataclass
@@ -243,8 +241,7 @@ def save_result(result: Result) -> None:
 
 
 def read_results(out: Path, runs: Sequence[Run] = ()) -> List[Result]:
-    """Every record in ``out/runs``, finished ("ok") or not: ``runs``' in their order, then the
-    others by folder."""
+    """Every record in ``out/runs`` ("ok" or not): ``runs``' in their order, then by folder."""
     order = {r.key: i for i, r in enumerate(runs)}
     paths = sorted((out / "runs").glob("**/result.json"), key=str)
     results = [dict(json.loads(p.read_text()), run_dir=str(p.parent)) for p in paths]

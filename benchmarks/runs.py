@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+#: A run's ``result.json``, as the runner writes and the report reads it.
+Result = Dict[str, Any]
 #: The attention off: d -> inf, the mean prototype and plain negatives.
 OFF = ("++method_kwargs.d_pos=1000000.0", "++method_kwargs.d_neg=1000000.0")
 NO_POSITIVES, LOSS = ("++views.num_positives=0",), "++method_kwargs.loss="
@@ -85,9 +87,8 @@ class Run:
 #: The reference preset's rows and its four questions (row a minus row b).
 ATTN = Row("attentionnce", 4)
 MOCO_ATTN = Row("mocov3_attentionnce", 4)
-SIMCLR_TIME, MOCO_TIME = (
-    Row(m, comparison="equal-time", time_of=t) for m, t in (("simclr", ATTN), ("mocov3", MOCO_ATTN))
-)
+SIMCLR_TIME = Row("simclr", comparison="equal-time", time_of=ATTN)
+MOCO_TIME = Row("mocov3", comparison="equal-time", time_of=MOCO_ATTN)
 QUESTIONS: Tuple[Tuple[str, Row, Row], ...] = (
     ("Does AttentionNCE beat SimCLR at equal time?", ATTN, SIMCLR_TIME),
     ("Does it beat SimCLR on the same views?", ATTN, Row("simclr_views", 4)),

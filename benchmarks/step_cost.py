@@ -7,8 +7,7 @@ MoCo v3 and AttentionNCE's MoCo form, each beside its baseline::
 A method row: the shipped ``pretrain/custom/`` config with the run table's overrides, built as
 ``main_pretrain.py`` builds it, trained through Lightning on one fixed batch of random crops:
 ``--warmup`` steps, then ``--rounds`` fits of ``--steps`` steps; s/step is the median fit's (range:
-min-max), its peak memory the run recorder's.
-"""
+min-max), its peak memory the run recorder's."""
 
 from __future__ import annotations
 
@@ -114,10 +113,9 @@ def report(rows: Sequence[Dict], args: argparse.Namespace, argv: Sequence[str]) 
     peak = "CUDA max_memory_allocated" if gpu else "process peak RSS so far"
     head = (
         f"device {args.device}{gpu}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"resnet18 (ImageNet stem), batch {args.batch_size}, {args.size} px, channels_last, "
-        f"s/step: median of {args.rounds} fits of "
-        f"{args.steps} steps each (range: their min-max) after {args.warmup} warm-up steps; "
-        f"peak memory: {peak}"
+        f"resnet18 (ImageNet stem), batch {args.batch_size}, {args.size} px, channels_last; "
+        f"s/step: median of {args.rounds} fits of {args.steps} steps each (range: their min-max) "
+        f"after {args.warmup} warm-up steps; peak memory: {peak}"
     )
     cols = ["method", "views", "precision", "s/step", "range", "images/s", "to simclr"]
     cols += ["to its base", "peak MiB"]
