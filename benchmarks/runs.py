@@ -168,7 +168,7 @@ class Preset:
 
 #: Our recipe: a milder crop and temperature 0.2, screened on SimCLR.
 RECIPE = dict(crop_min_scale=0.5, sets=("method_kwargs.temperature=0.2",))
-DEMO = "the demo (~10 min on 2 CPU cores, below the learning regime), then the reference's "
+DEMO = "the demo (~5 min on 2 CPU cores, below the learning regime), then the reference's "
 DEMO += "committed tables"
 EVERY = "every method and control, 3 seeds: ~40 h on 2 CPU cores, run in parts (--methods, --seeds;"
 EVERY += " finished runs are reused)"
