@@ -299,8 +299,8 @@ def execute(runs: Sequence[Run], budget: Budget, out: Path) -> List[Result]:
         prep = prepared.get(run.key) or prepare(run, budget, out)
         print(f"{what}, {run.epochs} epochs: training, log in {prep.run_dir}", file=sys.stderr)
         results.append(r := launch(prep, budget))
-        speed = f"{r.get('seconds_per_epoch') or 0:.1f} s/epoch"
-        print(f"{what}: {r['status']}, {speed}; {r['error']}", file=sys.stderr)
+        done = f"{what}: {r['status']}, {r.get('seconds_per_epoch') or 0:.1f} s/epoch"
+        print("; ".join(filter(None, [done, r["error"]])), file=sys.stderr)
     return results
 
 
