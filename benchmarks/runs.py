@@ -39,8 +39,7 @@ UNTRAINED, PIXELS = "random init (no pretraining)", "raw pixels"
 @dataclass(frozen=True)
 class Row:
     """A table row: a method at M positives with ``method_kwargs`` (key, value) pairs, in one
-    comparison (an equal-time row names the row whose time it matches); its label is the records'.
-    """
+    comparison (an equal-time row names the row whose time it matches), labelled as the records."""
 
     method: str
     m: int = 0
