@@ -4,18 +4,23 @@ Both forms share one head (:func:`_attention_nce`): the positive logit is the an
 to the attention-weighted prototype of its positives, ``alpha = softmax_m(stop_grad(s_m) / d_pos)``,
 and each valid negative is weighted by ``beta_j = (softmax_j(stop_grad(n_j) / d_neg) + 1e-6) * K``
 (mean about 1). ``neg_weighting`` says where beta goes: ``logit`` (the paper's) scales the logit,
-``beta_j n_j / tau``; ``importance`` (our option) weights the exp term, ``n_j / tau + log beta_j``,
-which is HCL's importance weighting (Robinson et al., 2021) with concentration ``tau / d_neg``.
-``logit`` logits reach ``K / tau`` (8e5 at K = 8190, tau = 0.01), which overflows ``exp`` in fp32
-and fp16, so the loss is a max-shifted log-sum-exp and never exponentiates a logit; it computes in
-fp32 inside fp16/bf16 autocast, and in fp64 for fp64 inputs.
+``beta_j n_j / tau_neg``; ``importance`` (our option) weights the exp term, ``n_j / tau_neg + log
+beta_j``, which is HCL's importance weighting (Robinson et al., 2021) with concentration
+``tau_neg / d_neg``. ``tau_neg`` (our option, ``neg_temperature``) is tau unless given: below tau
+it pushes the negatives harder than the positive is pulled, by ``tau / tau_neg`` with the attention
+off. ``labels`` drop every same-class candidate from the negatives: an oracle for experiments, which
+makes the loss supervised. ``logit`` logits reach ``K / tau`` (8e5 at K = 8190, tau = 0.01), which
+overflows ``exp`` in fp32 and fp16, so the loss is a max-shifted log-sum-exp and never exponentiates
+a logit; it computes in fp32 inside fp16/bf16 autocast, and in fp64 for fp64 inputs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from dataclasses import dataclass, fields
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -81,13 +86,45 @@ def gather(x: torch.Tensor, with_grad: bool) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _check(temperature: float, d_pos: float, d_neg: float, neg_weighting: str) -> None:
-    for name, value in (("temperature", temperature), ("d_pos", d_pos), ("d_neg", d_neg)):
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (number and math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    if neg_weighting not in NEG_WEIGHTINGS:
-        raise ValueError(f"neg_weighting={neg_weighting!r}: allowed values are {NEG_WEIGHTINGS}")
+@dataclass(frozen=True)
+class Scales:
+    """tau, the attention scales and where beta goes, checked when made: :func:`scales` makes each
+    setting once, so a training loop checks its settings on the first call only."""
+
+    temperature: float
+    d_pos: float
+    d_neg: float
+    neg_weighting: str
+    neg_temperature: float
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "neg_weighting":
+                if value not in NEG_WEIGHTINGS:
+                    raise ValueError(
+                        f"neg_weighting={value!r}: allowed values are {NEG_WEIGHTINGS}"
+                    )
+                continue
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (number and math.isfinite(value) and value > 0):
+                raise ValueError(f"{f.name} must be a finite number > 0, got {value!r}")
+
+
+@functools.lru_cache(maxsize=64, typed=True)
+def scales(
+    temperature: float, d_pos: float, d_neg: float, neg_weighting: str, neg_temperature: Any
+) -> Scales:
+    """The checked :class:`Scales`; ``neg_temperature`` None is ``temperature``."""
+    tau_neg = temperature if neg_temperature is None else neg_temperature
+    return Scales(temperature, d_pos, d_neg, neg_weighting, tau_neg)
+
+
+def _full_precision(device: torch.device) -> Any:
+    """Autocast off on ``device`` (``meta``, which tests use, has no autocast)."""
+    if torch.amp.is_autocast_available(device.type):
+        return torch.autocast(device_type=device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 def _unit(*tensors: torch.Tensor) -> List[torch.Tensor]:
@@ -113,29 +150,59 @@ def _attention_nce(
     pos_logit: torch.Tensor,
     alpha: torch.Tensor,
     valid: torch.Tensor,
-    temperature: float,
-    d_neg: float,
-    neg_weighting: str,
-) -> Tuple[torch.Tensor, AttentionWeights]:
-    """``(loss [n], weights)``: per-anchor ``logsumexp([pos, neg]) - pos`` over the valid
-    candidates, beta held constant (stop-gradient) as in the published code."""
+    s: Scales,
+    with_weights: bool,
+) -> Tuple[torch.Tensor, Optional[AttentionWeights]]:
+    """``(loss [n], weights when asked)``: per-anchor ``logsumexp([pos, neg]) - pos`` over the
+    valid candidates, beta held constant (stop-gradient) as in the published code. Each negative's
+    logit is ``offset + sim * scale``: ``(0, beta / tau_neg)`` for ``logit``, ``(log beta, 1 /
+    tau_neg)`` for ``importance``, with offset -inf where the candidate is no negative."""
     sim = anchors @ candidates.T
     with torch.no_grad():
         k = valid.sum(dim=1, keepdim=True).to(sim.dtype)
-        attn = torch.softmax(torch.where(valid, sim / d_neg, float("-inf")), dim=1)
-        # A row without negatives (one image on one process) is NaN here: it gets 0.
-        beta = torch.where(valid, (attn + BETA_EPS) * k, 0.0)
-    if neg_weighting == "logit":
-        neg = sim * beta / temperature
-    else:  # log beta is finite on the valid candidates: beta >= K * 1e-6 there
-        neg = sim / temperature + beta.log()
-    logits = torch.cat([pos_logit.unsqueeze(1), torch.where(valid, neg, float("-inf"))], dim=1)
-    with torch.no_grad():
-        q = torch.softmax(logits, dim=1)  # each logit's share; the pull is 1 - q_0
-        push = q[:, 1:] * beta if neg_weighting == "logit" else q[:, 1:]
+        # The dtype's lowest number, not -inf: a row without negatives (one image on one process)
+        # then gets finite weights instead of NaN, and its logits are -inf below all the same.
+        lowest = torch.finfo(sim.dtype).min
+        w = torch.softmax((sim / s.d_neg).masked_fill_(~valid, lowest), dim=1).add_(BETA_EPS)
+        if s.neg_weighting == "logit":
+            scale = w.mul_(k / s.neg_temperature)
+            offset = torch.where(valid, sim.new_zeros(()), -math.inf)
+        else:  # log beta is finite on the valid candidates: beta >= K * 1e-6 there
+            scale = sim.new_tensor(1.0 / s.neg_temperature)
+            offset = w.mul_(k).log_().masked_fill_(~valid, -math.inf)
+    logits = torch.cat([pos_logit.unsqueeze(1), torch.addcmul(offset, sim, scale)], dim=1)
     # logsumexp shifts by the row's max: no logit is exponentiated as it is.
     loss = torch.logsumexp(logits, dim=1) - pos_logit
-    return loss, AttentionWeights(alpha, beta, valid, push, 1.0 - q[:, 0])
+    return loss, (_weights(logits, alpha, scale, offset, valid, s) if with_weights else None)
+
+
+@torch.no_grad()
+def _weights(
+    logits: torch.Tensor,
+    alpha: torch.Tensor,
+    scale: torch.Tensor,
+    offset: torch.Tensor,
+    valid: torch.Tensor,
+    s: Scales,
+) -> AttentionWeights:
+    """The call's :class:`AttentionWeights`, from what the loss computed: beta is ``scale *
+    tau_neg`` (``logit``) or ``exp(offset)`` (``importance``); the push on negative j is tau
+    times the derivative of the loss in its cosine, ``q_j * scale * tau``."""
+    q = torch.softmax(logits, dim=1)  # each logit's share; the pull is 1 - q_0
+    if s.neg_weighting == "logit":
+        beta = (scale * s.neg_temperature).masked_fill_(~valid, 0.0)
+    else:
+        beta = offset.exp()
+    push = q[:, 1:] * (scale * s.temperature)
+    return AttentionWeights(alpha, beta, valid, push, 1.0 - q[:, 0])
+
+
+def _labels_differ(labels: Optional[torch.Tensor], views: int) -> Optional[torch.Tensor]:
+    """[n, N]: True where anchor and candidate have different classes; None without labels."""
+    if labels is None:
+        return None
+    local = labels.repeat(views)
+    return local.unsqueeze(1) != gather(local, False).unsqueeze(0)
 
 
 def attentionnce_loss_func(
@@ -147,6 +214,8 @@ def attentionnce_loss_func(
     d_neg: float = 1.0,
     neg_weighting: str = "logit",
     *,
+    neg_temperature: Optional[float] = None,
+    labels: Optional[torch.Tensor] = None,
     return_attention: bool = False,
 ) -> LossOut:
     """AttentionNCE, SimCLR form (the paper's): the local anchors against the global batch.
@@ -164,30 +233,36 @@ def attentionnce_loss_func(
             the harder positives more, a smaller d_neg the harder negatives).
         neg_weighting: ``logit`` (the paper's: beta scales the negative's logit) or
             ``importance`` (beta weights its exp term: ``log beta`` added to the logit).
+        neg_temperature: tau_neg of the negatives' logits (our option), > 0; None: ``temperature``.
+        labels: [b] class labels, or None: given, no anchor has a negative of its own class (an
+            oracle that makes the loss supervised; every label must be known).
         return_attention: also return the call's :class:`AttentionWeights` (alpha [V*b, M]).
 
     Returns:
         The mean loss over the V*b anchors (fp32, or fp64 for fp64 inputs), and the attention
         when asked.
     """
-    _check(temperature, d_pos, d_neg, neg_weighting)
+    s = scales(temperature, d_pos, d_neg, neg_weighting, neg_temperature)
     if positives.dim() != 3 or 0 in positives.shape[:2]:
         raise ValueError(f"positives must be [b, M, d] with b, M >= 1, got {list(positives.shape)}")
     b, _, dim = positives.shape
-    if indexes.shape != (b,):
-        raise ValueError(f"indexes must be [b] = [{b}], got {list(indexes.shape)}")
+    if indexes.shape != (b,) or (labels is not None and labels.shape != (b,)):
+        got = [list(t.shape) for t in (indexes, labels) if t is not None]
+        raise ValueError(f"indexes (and labels) must be [b] = [{b}], got {got}")
     if anchors.dim() != 2 or anchors.shape[1] != dim or anchors.shape[0] % b or not len(anchors):
         raise ValueError(f"anchors must be [V*b, d] = [V*{b}, {dim}], got {list(anchors.shape)}")
     views = anchors.shape[0] // b
-    with torch.autocast(device_type=anchors.device.type, enabled=False):
+    with _full_precision(anchors.device):
         a, p = _unit(anchors, positives)
         pos_logit, alpha = _prototype_logit(
-            a.view(views, b, dim).transpose(0, 1), p, d_pos, temperature
+            a.view(views, b, dim).transpose(0, 1), p, s.d_pos, s.temperature
         )
         local_idx = indexes.repeat(views)
         valid = local_idx.unsqueeze(1) != gather(local_idx, False).unsqueeze(0)
+        differ = _labels_differ(labels, views)
+        valid = valid if differ is None else valid & differ
         loss, weights = _attention_nce(
-            a, gather(a, True), pos_logit, alpha, valid, temperature, d_neg, neg_weighting
+            a, gather(a, True), pos_logit, alpha, valid, s, return_attention
         )
     return (loss.mean(), weights) if return_attention else loss.mean()
 
@@ -201,6 +276,8 @@ def attentionnce_mocov3_loss_func(
     d_neg: float = 1.0,
     neg_weighting: str = "logit",
     *,
+    neg_temperature: Optional[float] = None,
+    labels: Optional[torch.Tensor] = None,
     key_in_prototype: bool = True,
     return_attention: bool = False,
 ) -> LossOut:
@@ -216,18 +293,21 @@ def attentionnce_mocov3_loss_func(
         query: [b, d] online predictions of one anchor view.
         key: [b, d] momentum keys of the other anchor view.
         positive_keys: [b, M, d] momentum keys of the M positive views, or None.
-        temperature, d_pos, d_neg, neg_weighting: as in :func:`attentionnce_loss_func`.
+        temperature, d_pos, d_neg, neg_weighting, neg_temperature, labels: as in
+            :func:`attentionnce_loss_func`.
         key_in_prototype: False: the prototype is over ``positive_keys`` alone (then required);
             ``key[i]`` is still no negative of query i.
         return_attention: also return the call's :class:`AttentionWeights`; alpha [b, P], with
             column 0 for ``key`` when it is in the prototype.
     """
-    _check(temperature, d_pos, d_neg, neg_weighting)
+    s = scales(temperature, d_pos, d_neg, neg_weighting, neg_temperature)
     if query.dim() != 2 or not len(query) or key.shape != query.shape:
         raise ValueError(
             f"query and key must both be [b, d], b >= 1; got {list(query.shape)}, {list(key.shape)}"
         )
     b, dim = query.shape
+    if labels is not None and labels.shape != (b,):
+        raise ValueError(f"labels must be [b] = [{b}], got {list(labels.shape)}")
     if positive_keys is None:
         positive_keys = key.new_zeros(b, 0, dim)
     if positive_keys.dim() != 3 or positive_keys.shape[::2] != (b, dim):
@@ -236,44 +316,42 @@ def attentionnce_mocov3_loss_func(
         )
     if not key_in_prototype and not positive_keys.shape[1]:
         raise ValueError("key_in_prototype=False needs positive_keys [b, M, d] with M >= 1")
-    with torch.autocast(device_type=query.device.type, enabled=False):
+    with _full_precision(query.device):
         q, key, positive_keys = _unit(query, key, positive_keys)
         keys = torch.cat([key.unsqueeze(1), positive_keys], dim=1)
         candidates = keys if key_in_prototype else keys[:, 1:]
-        pos_logit, alpha = _prototype_logit(q.unsqueeze(1), candidates, d_pos, temperature)
+        pos_logit, alpha = _prototype_logit(q.unsqueeze(1), candidates, s.d_pos, s.temperature)
         world, rank = world_and_rank()
         valid = torch.ones(b, world * b, dtype=torch.bool, device=q.device)
-        valid[torch.arange(b), rank * b + torch.arange(b)] = False  # the query's own key
+        # The query's own key; a view, not index tensors, which would live on the host.
+        valid[:, rank * b : (rank + 1) * b].fill_diagonal_(False)
+        differ = _labels_differ(labels, 1)
+        valid = valid if differ is None else valid & differ
         loss, weights = _attention_nce(
-            q, gather(keys[:, 0], False), pos_logit, alpha, valid, temperature, d_neg, neg_weighting
+            q, gather(keys[:, 0], False), pos_logit, alpha, valid, s, return_attention
         )
-        loss = loss.mean() * (2 * temperature)
+        loss = loss.mean() * (2 * s.temperature)
     return (loss, weights) if return_attention else loss
 
 
 @torch.no_grad()
-def attention_stats(
-    weights: AttentionWeights,
-    labels: Optional[torch.Tensor] = None,
-    candidate_labels: Optional[torch.Tensor] = None,
-) -> Dict[str, torch.Tensor]:
+def attention_stats(weights: AttentionWeights) -> Dict[str, torch.Tensor]:
     """How much the attention weighs and where the gradient goes, as scalars (means over anchors):
 
     * ``eff_num_positives`` ``1 / sum alpha^2`` (P when uniform, 1 when one positive takes all),
       ``alpha_entropy`` (nats), ``num_positives`` P;
     * ``max_beta`` (1 + K * 1e-6 when d_neg -> inf, up to about K), ``eff_num_negatives``
       ``(sum beta)^2 / sum beta^2`` (K when uniform), ``num_negatives`` K;
-    * ``push_ratio`` R, the push on the negatives over the pull on the positive: ``sum_j beta_j
-      q_j / (1 - q_0)`` for ``logit`` (> 1 once the attention is active), 1 for ``importance``
-      and plain InfoNCE; ``top1_push_share``, the largest single negative's share of the push;
-    * ``argmax_same_class``, with class ``labels`` [n] of the anchors and ``candidate_labels`` [N]
-      (none negative): the fraction of anchors whose highest-beta negative has their class.
+    * ``push_ratio`` R, the push on the negatives over the pull on the positive: ``(tau /
+      tau_neg) sum_j beta_j q_j / (1 - q_0)`` for ``logit`` (> 1 once the attention is active),
+      ``tau / tau_neg`` for ``importance`` and plain InfoNCE; ``top1_push_share``, the largest
+      single negative's share of the push.
     """
     alpha, beta = weights.alpha.float(), weights.beta.float()
     push, pull = weights.push.float(), weights.pull.float()
     eff_neg = beta.sum(dim=1).square() / (beta * beta).sum(dim=1).clamp_min(1e-30)
     total_push = push.sum(dim=1)
-    out = {
+    return {
         "eff_num_positives": (1.0 / (alpha * alpha).sum(dim=1)).mean(),
         "alpha_entropy": -(alpha * alpha.clamp_min(1e-30).log()).sum(dim=1).mean(),
         "num_positives": alpha.new_tensor(float(alpha.shape[1])),
@@ -283,7 +361,15 @@ def attention_stats(
         "push_ratio": (total_push / pull.clamp_min(1e-30)).mean(),
         "top1_push_share": (push.amax(dim=1) / total_push.clamp_min(1e-30)).mean(),
     }
-    if labels is not None and candidate_labels is not None and labels.min() >= 0:
-        hardest = candidate_labels[beta.argmax(dim=1)]
-        out["argmax_same_class"] = (hardest == labels).float().mean()
-    return out
+
+
+@torch.no_grad()
+def same_class_counts(
+    beta: torch.Tensor, labels: torch.Tensor, candidate_labels: torch.Tensor
+) -> torch.Tensor:
+    """``[same, known]``: of the anchors whose class and whose highest-beta negative's class are
+    known (>= 0, solo-learn's unlabeled images have -1), how many share it, and how many there
+    are. Counts rather than a fraction, so that processes add them up."""
+    hardest = candidate_labels[beta.argmax(dim=1)]
+    known = (labels >= 0) & (hardest >= 0)
+    return torch.stack([(known & (hardest == labels)).sum(), known.sum()]).float()

@@ -11,7 +11,7 @@ import difflib
 import math
 from dataclasses import dataclass, fields
 from enum import Enum
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
@@ -38,6 +38,7 @@ MoCoV3Loss = _choice("MoCoV3Loss", "attentionnce", "mocov3")
 
 #: What the numbers and flags allow (OmegaConf's own messages give the type only).
 _ALLOWED = {float: "a finite number > 0", int: "an integer >= 1", bool: "true or false"}
+_ALLOWED[Optional[float]] = _ALLOWED[float] + " or null"
 
 
 @dataclass
@@ -48,6 +49,10 @@ class _Kwargs:
     d_pos: float = 1.0
     d_neg: float = 1.0
     neg_weighting: NegWeighting = NegWeighting.logit
+    #: tau_neg of the negatives' logits (our option; None: temperature): R = tau / tau_neg
+    neg_temperature: Optional[float] = None
+    #: an oracle for experiments: the batch's class labels drop same-class negatives (supervised)
+    exclude_same_class: bool = False
     #: one forward of all same-size positive crops (BatchNorm then sees M*b images at once)
     batch_positives: bool = False
     #: False keeps the positives out of BatchNorm's running statistics (small positive crops)
@@ -64,8 +69,9 @@ class _Kwargs:
             )
         for f in fields(cls):
             value = kwargs[f.name]
-            if (f.type is float and not (math.isfinite(value) and value > 0)) or (
-                f.type is int and value < 1
+            kind = float if f.type == Optional[float] and value is not None else f.type
+            if (kind is float and not (math.isfinite(value) and value > 0)) or (
+                kind is int and value < 1
             ):
                 raise MethodConfigError(
                     f"method_kwargs.{f.name}={value}: allowed values are {_ALLOWED[f.type]}"
@@ -173,6 +179,13 @@ def read_settings(cfg: DictConfig, schema: Any, base_loss: str) -> DictConfig:
             "data.format=dali needs dali.encode_indexes_into_labels=True (allowed: True; "
             "data_format=dali in the shipped configs sets it): the loss masks negatives by "
             "dataset index"
+        )
+    # solo-learn gives unlabeled images the label -1: STL-10's pretraining split and no_labels.
+    dataset, no_labels = (OmegaConf.select(cfg, f"data.{k}") for k in ("dataset", "no_labels"))
+    if kwargs.exclude_same_class and (no_labels or dataset == "stl10"):
+        raise MethodConfigError(
+            f"method_kwargs.exclude_same_class=True needs class labels, and data.dataset="
+            f"{dataset} (data.no_labels={no_labels}) gives unlabeled images; allowed here: false"
         )
     unknown = set(cfg.get("diagnostics") or {}) - {"enabled", "callbacks"}
     if unknown:

@@ -53,14 +53,20 @@ class AttentionNCE(AttentionNCECommon, SimCLR):
                 # The rebuttal's AttentionNCE*: the mean of the image's anchor views, normalised
                 # first so that a view with a larger norm does not dominate.
                 views = [torch.stack([F.normalize(v, dim=-1) for v in z]).mean(dim=0)]
-            scales = (kw.temperature, kw.d_pos, kw.d_neg, kw.neg_weighting)
-            nce_loss, weights = attentionnce_loss_func(
-                torch.cat(views), positives, indexes, *scales, return_attention=True
+            logs = self.logs_attention(batch_idx)
+            out_loss = attentionnce_loss_func(
+                torch.cat(views),
+                positives,
+                indexes,
+                **self.loss_kwargs,
+                labels=self.oracle_labels(labels),
+                return_attention=logs,
             )
-            if batch_idx % kw.attention_log_every == 0:
+            nce_loss = out_loss[0] if logs else out_loss
+            if logs:
                 # The candidates are the gathered anchors, view-major like the local ones.
                 labels = labels.repeat(len(views))
-                self.log_attention([weights], labels, gather(labels, False))
+                self.log_attention([out_loss[1]], labels, gather(labels, False))
         else:
             # SimCLR's loss on the anchors, or on every view (the baseline that sees the same views
             # without the attention).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import astuple
-from typing import Any, Callable, ClassVar, Dict, Iterator, List, Sequence, Tuple
+from dataclasses import fields
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -13,8 +13,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from attnce_plugin.diagnostics import AttentionDiagnostics, alignment
-from attnce_plugin.losses import AttentionWeights, attention_stats
-from attnce_plugin.settings import read_settings
+from attnce_plugin.losses import AttentionWeights, attention_stats, gather, same_class_counts
+from attnce_plugin.settings import MethodConfigError, read_settings
 
 
 @contextmanager
@@ -54,7 +54,16 @@ class AttentionNCECommon:
 
     def __init__(self, cfg: DictConfig) -> None:
         super().__init__(cfg)  # type: ignore[call-arg]
-        self.kwargs = self.cfg.method_kwargs  # type: ignore[attr-defined]
+        self.kwargs = kw = self.cfg.method_kwargs  # type: ignore[attr-defined]
+        # By name; the loss checks each setting once, on its first call.
+        self.loss_kwargs = dict(
+            temperature=kw.temperature,
+            d_pos=kw.d_pos,
+            d_neg=kw.d_neg,
+            neg_weighting=kw.neg_weighting.value,
+            neg_temperature=kw.neg_temperature,
+        )
+        self._labels_checked = False
         self.diagnose = bool(OmegaConf.select(cfg, "diagnostics.enabled"))
         # The positives are solo-learn's small crops for its loaders (DALI's output map,
         # solo/data/dali_dataloader.py:797-800); solo-learn's step gets the anchors alone
@@ -96,17 +105,43 @@ class AttentionNCECommon:
                 outs.update(zip(group, joined.chunk(len(group))))
             return torch.stack([outs[i] for i in range(len(crops))], dim=1)
 
+    def logs_attention(self, batch_idx: int) -> bool:
+        """Whether this step logs ``train_attn_*`` (the loss then returns its attention)."""
+        return batch_idx % self.kwargs.attention_log_every == 0
+
+    def oracle_labels(self, labels: torch.Tensor) -> Optional[torch.Tensor]:
+        """The batch's class labels for the loss with ``exclude_same_class``, else None. The
+        settings refuse the data solo-learn leaves unlabeled; the first batch is checked too."""
+        if not self.kwargs.exclude_same_class:
+            return None
+        if not self._labels_checked:
+            if bool((labels < 0).any()):
+                raise MethodConfigError(
+                    "method_kwargs.exclude_same_class=True needs every image's class label, and "
+                    "the first batch holds unlabeled images (label -1); allowed here: false"
+                )
+            self._labels_checked = True
+        return labels
+
     def log_attention(
         self, calls: Sequence[AttentionWeights], labels: torch.Tensor, candidates: torch.Tensor
     ) -> None:
         """``train_attn_*`` of the loss calls over the same candidates, their anchors as one call's
         (the anchors' and candidates' class labels feed ``argmax_same_class`` only), whatever the
         diagnostics say: they belong beside every result."""
-        weights = AttentionWeights(*map(torch.cat, zip(*map(astuple, calls))))
+        weights = AttentionWeights(
+            *(torch.cat([getattr(c, f.name) for c in calls]) for f in fields(AttentionWeights))
+        )
         log = self.log  # type: ignore[attr-defined]
-        for name, value in attention_stats(weights, labels, candidates).items():
+        for name, value in attention_stats(weights).items():
             reduce = "max" if name == "max_beta" else "mean"
             log(f"train_attn_{name}", value, on_epoch=True, sync_dist=True, reduce_fx=reduce)
+        # Counts summed over the processes: all of them log this key, or none (a process whose
+        # images are all unlabeled included), so they issue the same collectives.
+        counts = same_class_counts(weights.beta, labels, candidates)
+        same, known = gather(counts.unsqueeze(0), False).sum(dim=0).tolist()
+        if known:
+            log("train_attn_argmax_same_class", same / known, on_epoch=True)
 
     def log_representation(
         self, views: Sequence[torch.Tensor], nats: torch.Tensor, negatives: int

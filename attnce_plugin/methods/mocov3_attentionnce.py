@@ -47,18 +47,18 @@ class MoCoV3AttentionNCE(AttentionNCECommon, MoCoV3):
         queries, keys = out["q"], out["momentum_k"]
         # momentum_forward is no_grad: the positives' keys are targets, like MoCo's keys.
         positive_keys = self.forward_positives(self.momentum_forward, positive_crops, "k")
-        scales = (kw.temperature, kw.d_pos, kw.d_neg, kw.neg_weighting)
-        options = dict(key_in_prototype=kw.key_in_prototype, return_attention=True)
-        (loss_0, weights_0), (loss_1, weights_1) = [
-            attentionnce_mocov3_loss_func(
-                queries[v], keys[1 - v], positive_keys, *scales, **options
-            )
+        labels, logs = anchor_batch[2], self.logs_attention(batch_idx)
+        options = dict(key_in_prototype=kw.key_in_prototype, return_attention=logs)
+        options.update(self.loss_kwargs, labels=self.oracle_labels(labels))
+        outs = [
+            attentionnce_mocov3_loss_func(queries[v], keys[1 - v], positive_keys, **options)
             for v in (0, 1)
         ]
-        if batch_idx % kw.attention_log_every == 0:
+        if logs:
             # Both terms' candidates are the gathered keys, in the order of the gathered labels.
-            labels = anchor_batch[2]
-            self.log_attention([weights_0, weights_1], labels.repeat(2), gather(labels, False))
+            outs, calls = [o[0] for o in outs], [o[1] for o in outs]
+            self.log_attention(calls, labels.repeat(2), gather(labels, False))
+        loss_0, loss_1 = outs
         contrastive_loss = loss_0 + loss_1
         # Same key as solo-learn's MoCo v3: both share dashboards.
         self.log("train_contrastive_loss", contrastive_loss, on_epoch=True, sync_dist=True)

@@ -32,11 +32,14 @@ def _row_loss(
     d_neg: Optional[float],
     log_space: bool = False,
     neg_weighting: str = "logit",
+    tau_neg: Optional[float] = None,
 ) -> torch.Tensor:
     """Loss of one anchor [d] with positives [P, d] and negatives [K, d].
 
-    ``d_pos=None`` means the mean prototype (alpha = 1/P); ``d_neg=None`` plain InfoNCE (beta = 1).
+    ``d_pos=None`` means the mean prototype (alpha = 1/P); ``d_neg=None`` plain InfoNCE (beta = 1);
+    ``tau_neg`` divides the negatives' similarities in place of ``tau`` (None: ``tau``).
     """
+    tau_neg = tau if tau_neg is None else tau_neg
     s = pos_items @ anchor
     if d_pos is None:
         alpha = torch.full_like(s, 1.0 / s.numel())
@@ -52,11 +55,11 @@ def _row_loss(
         w = torch.exp(n.detach() / d_neg)
         beta = (w / w.sum() + BETA_EPS) * k
     if neg_weighting == "importance":
-        neg_logits = n / tau + torch.log(beta)
-        neg = (beta * torch.exp(n / tau)).sum()
+        neg_logits = n / tau_neg + torch.log(beta)
+        neg = (beta * torch.exp(n / tau_neg)).sum()
     else:
-        neg_logits = beta * n / tau
-        neg = torch.exp(beta * n / tau).sum()
+        neg_logits = beta * n / tau_neg
+        neg = torch.exp(beta * n / tau_neg).sum()
     if log_space:
         return torch.logsumexp(torch.cat([pos_logit.view(1), neg_logits]), 0) - pos_logit
     pos = torch.exp(pos_logit)
@@ -77,26 +80,31 @@ def hcl_row_loss(
     return -torch.log(pos / (pos + ng))
 
 
-def simclr_form(anchors, positives, indexes, tau, d_pos, d_neg, **row) -> torch.Tensor:
+def simclr_form(anchors, positives, indexes, tau, d_pos, d_neg, labels=None, **row) -> torch.Tensor:
     """Reference for ``attentionnce_loss_func``: anchors [V*b, d], positives [b, M, d], indexes
-    [b]; ``row``: :func:`_row_loss`'s ``log_space`` and ``neg_weighting``."""
+    [b], class ``labels`` [b] whose same-class anchors are no negatives; ``row``: the keywords of
+    :func:`_row_loss`."""
     b = positives.shape[0]
     a, p = _unit(anchors), _unit(positives)
     row_index = [int(indexes[i % b]) for i in range(a.shape[0])]
+    row_class = [None if labels is None else int(labels[i % b]) for i in range(a.shape[0])]
     losses = []
     for i in range(a.shape[0]):
         negs = [j for j in range(a.shape[0]) if row_index[j] != row_index[i]]
+        negs = [j for j in negs if row_class[j] is None or row_class[j] != row_class[i]]
         losses.append(_row_loss(a[i], p[i % b], a[negs], tau, d_pos, d_neg, **row))
     return torch.stack(losses).mean()
 
 
-def mocov3_form(query, key, positive_keys, tau, d_pos, d_neg, key_in_prototype, **row):
+def mocov3_form(query, key, positive_keys, tau, d_pos, d_neg, key_in_prototype, labels=None, **row):
     """Reference for ``attentionnce_mocov3_loss_func``: query, key [b, d], positive_keys [b, M, d].
-    ``key_in_prototype=False``: the positives are the M positive keys alone."""
+    ``key_in_prototype=False``: the positives are the M positive keys alone; ``labels`` as in
+    :func:`simclr_form`."""
     q, k, pk = _unit(query), _unit(key), _unit(positive_keys)
     losses = []
     for i in range(q.shape[0]):
         pos_items = torch.cat([k[i : i + 1], pk[i]]) if key_in_prototype else pk[i]
         negs = [j for j in range(k.shape[0]) if j != i]
+        negs = [j for j in negs if labels is None or int(labels[j]) != int(labels[i])]
         losses.append(_row_loss(q[i], pos_items, k[negs], tau, d_pos, d_neg, **row))
     return torch.stack(losses).mean() * (2 * tau)

@@ -16,12 +16,15 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from helpers import reference
 from torch.testing import assert_close
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from attnce_plugin.losses import (
     AttentionWeights,
     attention_stats,
     attentionnce_loss_func,
     attentionnce_mocov3_loss_func,
+    same_class_counts,
 )
 
 WEIGHTINGS = ("logit", "importance")
@@ -84,6 +87,32 @@ def test_mocov3_form_matches_reference(
     assert_close(got, _value_and_grads(want, qc, pkc), rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tau_neg", [None, 0.15, 0.6])
+@pytest.mark.parametrize("labels", [None, [0, 1, 0, 2, 1, 0], [3, 3, 3, 3, 3, 3]])
+@pytest.mark.parametrize("weighting", WEIGHTINGS)
+def test_neg_temperature_and_the_same_class_oracle_match_reference(
+    tau_neg, labels, weighting, device
+):
+    """tau_neg divides the negatives' similarities, the positive keeps tau; labels drop every
+    same-class candidate from the negatives (one class alone: no negatives, loss 0)."""
+    a, p, idx = _inputs(6, 3, 2, device=device)
+    lab = None if labels is None else torch.tensor(labels)
+    options = dict(neg_temperature=tau_neg, labels=None if lab is None else lab.to(device))
+    row = dict(neg_weighting=weighting, tau_neg=tau_neg)
+    got = attentionnce_loss_func(a, p, idx, 0.2, 1.0, 0.5, weighting, **options)
+    ac, pc = a.detach().cpu().requires_grad_(), p.detach().cpu().requires_grad_()
+    want = reference.simclr_form(ac, pc, idx.cpu(), 0.2, 1.0, 0.5, labels=lab, **row)
+    assert_close(_value_and_grads(got, a, p), _value_and_grads(want, ac, pc), rtol=1e-9, atol=1e-10)
+    q, k = a[:6], a[6:].detach()
+    got = attentionnce_mocov3_loss_func(q, k, p, 0.2, 1.0, 0.5, weighting, **options)
+    qc, pc = q.detach().cpu().requires_grad_(), p.detach().cpu().requires_grad_()
+    want = reference.mocov3_form(qc, k.cpu(), pc, 0.2, 1.0, 0.5, True, labels=lab, **row)
+    assert_close(_value_and_grads(got, q, p), _value_and_grads(want, qc, pc), rtol=1e-9, atol=1e-10)
+    if labels and len(set(labels)) == 1:
+        assert float(got.detach()) == 0.0
+
+
 @pytest.mark.parametrize("tau,d_neg", [(0.5, 0.5), (0.2, 1.0), (0.2, 0.3), (0.1, 10.0)])
 def test_importance_form_is_hcl_with_concentration_tau_over_d_neg(tau, d_neg):
     """HCL (tau+ = 0, b = tau / d_neg) normalises its weights by their mean exactly; ours adds
@@ -96,30 +125,36 @@ def test_importance_form_is_hcl_with_concentration_tau_over_d_neg(tau, d_neg):
     assert_close(got, torch.stack(want).mean(), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("tau_neg", [None, 0.15])
 @pytest.mark.parametrize("d_neg", [0.3, 1.0, 1e9])
 @pytest.mark.parametrize("weighting", WEIGHTINGS)
-def test_push_ratio_and_top1_share_follow_autograd(d_neg, weighting):
+def test_push_ratio_and_top1_share_follow_autograd(d_neg, weighting, tau_neg):
     """Per anchor, from autograd on the float64 reference, the push is tau dL/dn_j of each negative
     and the pull -tau sum_m dL/ds_m over the positives (the anchor is a unit vector, so a derivative
-    in a candidate's cosine is the gradient in that candidate's vector projected on the anchor)."""
+    in a candidate's cosine is the gradient in that candidate's vector projected on the anchor).
+    Balanced forms push exactly tau / tau_neg times their pull."""
     a, p, idx = _inputs(5, 3, 2, seed=6)
-    _, w = attentionnce_loss_func(a, p, idx, 0.2, 1.0, d_neg, weighting, return_attention=True)
+    w = attentionnce_loss_func(
+        a, p, idx, 0.2, 1.0, d_neg, weighting, neg_temperature=tau_neg, return_attention=True
+    )[1]
     stats = attention_stats(w)
     an, pn, rows = F.normalize(a.detach(), dim=1), F.normalize(p.detach(), dim=2), idx.repeat(2)
     out = []
     for i in range(len(an)):
         pos, neg = pn[i % 5].clone().requires_grad_(), an[rows != rows[i]].clone().requires_grad_()
-        loss = reference._row_loss(an[i], pos, neg, 0.2, 1.0, d_neg, neg_weighting=weighting)
+        row = dict(neg_weighting=weighting, tau_neg=tau_neg)
+        loss = reference._row_loss(an[i], pos, neg, 0.2, 1.0, d_neg, **row)
         g_pos, g_neg = torch.autograd.grad(loss, (pos, neg))
         out.append((0.2 * (g_neg @ an[i]), -0.2 * (g_pos @ an[i]).sum()))
     ratio = torch.stack([push.sum() / pull for push, pull in out]).mean()
     share = torch.stack([push.max() / push.sum() for push, _ in out]).mean()
     assert_close(stats["push_ratio"].double(), ratio, rtol=1e-5, atol=1e-6)
     assert_close(stats["top1_push_share"].double(), share, rtol=1e-5, atol=1e-6)
-    if weighting == "importance" or d_neg > 1e6:  # balanced: the push equals the pull
-        assert float(stats["push_ratio"]) == pytest.approx(1.0, abs=1e-5)
-    else:  # the paper's form pushes the negatives harder than it pulls the positive
-        assert float(stats["push_ratio"]) > 1.01
+    uniform = 0.2 / (tau_neg or 0.2)
+    if weighting == "importance" or d_neg > 1e6:  # balanced, but for tau / tau_neg
+        assert float(ratio) == pytest.approx(uniform, rel=1e-5)  # beta: 1 + K * 1e-6
+    else:  # the paper's form pushes the negatives harder still
+        assert float(ratio) > 1.01 * uniform
 
 
 def test_mocov3_form_without_positive_keys_is_solo_learns_mocov3():
@@ -256,7 +291,7 @@ def test_attention_stats_by_hand():
         pull=torch.tensor([0.4, 0.5]),
     )
     labels = torch.tensor([0, 0, 1])  # each anchor's hardest negative has class 0
-    stats = {k: float(v) for k, v in attention_stats(weights, labels[1:], labels).items()}
+    stats = {k: float(v) for k, v in attention_stats(weights).items()}
     assert stats["eff_num_positives"] == pytest.approx((2 + 1) / 2)
     assert stats["alpha_entropy"] == pytest.approx(math.log(2) / 2)
     assert stats["max_beta"] == 2.0
@@ -264,8 +299,10 @@ def test_attention_stats_by_hand():
     assert (stats["num_positives"], stats["num_negatives"]) == (2.0, 1.5)
     assert stats["push_ratio"] == pytest.approx((0.8 / 0.4 + 0.5 / 0.5) / 2)
     assert stats["top1_push_share"] == pytest.approx((0.75 + 1.0) / 2)
-    assert stats["argmax_same_class"] == 0.5  # anchor 0's class, not anchor 1's
-    assert "argmax_same_class" not in attention_stats(weights, labels[1:] - 1, labels - 1)
+    # anchor 0's class, not anchor 1's; unknown classes (-1) are not counted
+    assert same_class_counts(weights.beta, labels[1:], labels).tolist() == [1.0, 2.0]
+    assert same_class_counts(weights.beta, labels[1:] - 1, labels).tolist() == [1.0, 1.0]
+    assert same_class_counts(weights.beta, labels[1:], labels - 1).tolist() == [0.0, 0.0]
 
 
 def test_bad_arguments_are_refused_naming_them_and_what_they_allow():
@@ -277,6 +314,9 @@ def test_bad_arguments_are_refused_naming_them_and_what_they_allow():
         (lambda: simclr(a, p, idx, d_neg="0.5"), "d_neg.*finite number > 0"),
         (lambda: moco(a[:3], a[3:], p, d_neg=True), "d_neg.*finite number > 0"),
         (lambda: simclr(a, p, idx, neg_weighting="hcl"), "neg_weighting.*logit.*importance"),
+        (lambda: moco(a[:3], a[3:], p, neg_temperature=0), "neg_temperature.*finite number > 0"),
+        (lambda: simclr(a, p, idx, labels=idx[:2]), "labels"),
+        (lambda: moco(a[:3], a[3:], p, labels=idx[:2]), "labels"),
         (lambda: simclr(a, p[0], idx), "positives"),
         (lambda: simclr(a, p[:, :0], idx), "positives"),
         (lambda: simclr(a, p, idx[:2]), "indexes"),
@@ -289,6 +329,39 @@ def test_bad_arguments_are_refused_naming_them_and_what_they_allow():
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+class _HostIndexes(TorchDispatchMode):
+    """Records each op that mixes a CPU tensor of one or more dimensions (an index, a mask) with
+    a tensor elsewhere: on a GPU that op copies it over and waits for the copy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mixed: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        tensors = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)]
+        devices = {t.device.type for t in tensors if t.dim() > 0}
+        if "cpu" in devices and len(devices) > 1:
+            self.mixed.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("return_attention", [False, True])
+def test_no_op_mixes_a_host_index_with_a_device_tensor(return_attention):
+    """Both forms on ``meta`` tensors (a device without data), forward and backward, with every
+    option: each op's index and mask tensors live on the inputs' device."""
+    a, p, idx = (t.detach().to("meta") for t in _inputs(4, 3, 2))
+    a, p, labels = a.requires_grad_(), p.requires_grad_(), idx % 2
+    options = dict(neg_temperature=0.1, labels=labels, return_attention=return_attention)
+    with _HostIndexes() as check:
+        for weighting in WEIGHTINGS:
+            out = attentionnce_loss_func(a, p, idx, 0.2, 1.0, 0.5, weighting, **options)
+            out = out[0] if return_attention else out
+            out.backward()
+            out = attentionnce_mocov3_loss_func(a[:4], a[4:], p, 0.2, 1.0, 0.5, **options)
+            (out[0] if return_attention else out).backward()
+    assert check.mixed == []
 
 
 # ------------------------------------------------------------------------------------ DDP
@@ -308,20 +381,25 @@ def _slices(rank, world, a, p, idx):
     return a.view(2, world * B_LOCAL, -1)[:, sl].reshape(2 * B_LOCAL, -1), p[sl], idx[sl]
 
 
-def _losses_and_grads(a, p, idx):
+def _losses_and_grads(a, p, idx, labels=None):
     """Both forms' losses and gradients; MoCo's query and key are the two views."""
     q, k = a[: len(idx)].clone().requires_grad_(), a[len(idx) :]
     a, p = a.clone().requires_grad_(), p.clone().requires_grad_()
-    loss = attentionnce_loss_func(a, p, idx, 0.2, 2.0, 0.3)
-    mloss = attentionnce_mocov3_loss_func(q, k, p.detach(), 0.2, 2.0, 0.3)
+    loss = attentionnce_loss_func(a, p, idx, 0.2, 2.0, 0.3, labels=labels)
+    mloss = attentionnce_mocov3_loss_func(q, k, p.detach(), 0.2, 2.0, 0.3, labels=labels)
     grads = torch.autograd.grad(loss, (a, p)) + torch.autograd.grad(mloss, q)
     return [loss.detach(), mloss.detach(), *grads]
+
+
+def _all(a, p, idx):
+    """Without labels, then with the same-class oracle (classes from the dataset index)."""
+    return _losses_and_grads(a, p, idx) + _losses_and_grads(a, p, idx, idx % 3)
 
 
 def _worker(rank, world, store, out, device):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        result = _losses_and_grads(*(t.to(device) for t in _slices(rank, world, *_global(world))))
+        result = _all(*(t.to(device) for t in _slices(rank, world, *_global(world))))
         torch.save([t.cpu() for t in result], os.path.join(out, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -335,9 +413,12 @@ def test_processes_equal_one_process_on_the_whole_batch(world, tmp_path, device,
     monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))  # spawn imports tests.plugin.*
     mp.spawn(_worker, (world, str(tmp_path / "store"), str(tmp_path), str(device)), nprocs=world)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
-    loss, mloss, ga, gp, gq = _losses_and_grads(*_global(world))
-    assert_close(torch.stack([r[0] for r in ranks]).mean(), loss)
-    assert_close(torch.stack([r[1] for r in ranks]).mean(), mloss)
-    for rank, (_, _, *grads) in enumerate(ranks):
-        # the one-process gradients, cut as the ranks hold their tensors
-        assert_close(tuple(g / world for g in grads), _slices(rank, world, ga, gp, gq))
+    whole = _all(*_global(world))
+    for part in (0, 5):  # without labels, with the oracle
+        loss, mloss, ga, gp, gq = whole[part : part + 5]
+        assert_close(torch.stack([r[part] for r in ranks]).mean(), loss)
+        assert_close(torch.stack([r[part + 1] for r in ranks]).mean(), mloss)
+        for rank, result in enumerate(ranks):
+            # the one-process gradients, cut as the ranks hold their tensors
+            grads = tuple(g / world for g in result[part + 2 : part + 5])
+            assert_close(grads, _slices(rank, world, ga, gp, gq))

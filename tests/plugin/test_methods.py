@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 from typing import List
 
 import pytest
@@ -111,15 +112,20 @@ def test_solo_learns_loss_is_solo_learns_method_step_for_step(
     _assert_trains_like_solo(ours, reference, batches, 2 + small_crops)
 
 
+ORACLE = ["+method_kwargs.neg_temperature=0.15", "+method_kwargs.exclude_same_class=true"]
+
+
 @pytest.mark.parametrize(
-    "anchor,weighting", [("views", "logit"), ("mean", "logit"), ("views", "importance")]
+    "anchor,weighting,oracle",
+    [("views", "logit", False), ("mean", "logit", False), ("views", "importance", True)],
 )
-def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, pretrain_cfg):
+def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, oracle, pretrain_cfg):
     """training_step's loss == the online classifier's loss + attentionnce_loss_func of the
-    anchors' ``forward`` and the positives' ``multicrop_forward``, crop by crop; logged beside it,
-    the anchor views' alignment and log(K + 1) minus that loss, K = V*b - V negatives."""
+    anchors' ``forward`` and the positives' ``multicrop_forward``, crop by crop, with the
+    settings by name (``neg_temperature``, and the batch's labels for ``exclude_same_class``);
+    logged beside it, the anchor views' alignment and log(K + 1) minus that loss, K = V*b - V."""
     overrides = [f"+method_kwargs.anchor={anchor}", f"method_kwargs.neg_weighting={weighting}"]
-    cfg = pretrain_cfg("attentionnce.yaml", *overrides)
+    cfg = pretrain_cfg("attentionnce.yaml", *overrides, *(ORACLE if oracle else []))
     model = AttentionNCE(cfg).eval()  # eval: BatchNorm and the forwards are deterministic
     logged = {}
     model.log = lambda name, value, **kwargs: logged.update({name: value})
@@ -130,13 +136,16 @@ def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, pretra
         positives = torch.stack([model.multicrop_forward(c)["z"] for c in crops[2:]], dim=1)
         anchors = torch.stack(z).mean(0) if anchor == "mean" else torch.cat(z)
         kw = cfg.method_kwargs
+        options = dict(neg_temperature=0.15, labels=targets) if oracle else {}
         nce = attentionnce_loss_func(
-            anchors, positives, indexes, kw.temperature, kw.d_pos, kw.d_neg, weighting
+            anchors, positives, indexes, kw.temperature, kw.d_pos, kw.d_neg, weighting, **options
         )
         logits = [model(c)["logits"] for c in crops[:2]]
         cls = sum(F.cross_entropy(x, targets, ignore_index=-1) for x in logits) / 2
     torch.testing.assert_close(got, nce + cls)
     views = 1 if anchor == "mean" else 2
+    if oracle:  # K counts the negatives before the oracle drops some
+        return
     mi_bound = math.log(views * len(indexes) - views + 1) - nce
     torch.testing.assert_close(logged["train_repr_mi_bound"], mi_bound)
     alignment = (z[0] - z[1]).pow(2).sum(1).mean()
@@ -210,6 +219,48 @@ def test_attention_logged_every_k_batches_and_callbacks_built(pretrain_cfg):
     assert not seen[1] and not seen[3] and seen[0] == seen[2]
     mechanism = {"push_ratio", "top1_push_share", "argmax_same_class", "num_negatives"}
     assert {f"train_attn_{k}" for k in mechanism} <= seen[0]
+
+
+@pytest.mark.parametrize("config", ["attentionnce.yaml", "mocov3_attentionnce.yaml"])
+def test_the_oracle_refuses_unlabeled_images_naming_the_key(config, pretrain_cfg):
+    model = METHODS[config[:-5]](pretrain_cfg(config, "+method_kwargs.exclude_same_class=true"))
+    indexes, crops, targets = make_batches(1, 6, small=32)[0]
+    targets[1] = -1  # solo-learn's label of an unlabeled image
+    with pytest.raises(ValueError, match="exclude_same_class=True needs every image's class"):
+        model.training_step([indexes, crops, targets], 0)
+
+
+def _log_attention_worker(rank, world, store, out):
+    """Rank 1's images are all unlabeled: both ranks must log the same keys and values."""
+    import torch.distributed as dist
+
+    from attnce_plugin.losses import attentionnce_loss_func, gather
+    from attnce_plugin.methods.common import AttentionNCECommon
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        g = torch.Generator().manual_seed(rank)
+        a, p, idx = torch.randn(8, 16, generator=g), torch.randn(4, 3, 16, generator=g), rank * 4
+        _, weights = attentionnce_loss_func(a, p, torch.arange(idx, idx + 4), return_attention=True)
+        labels = torch.tensor([0, 1, 1, 2] if rank == 0 else [-1] * 4).repeat(2)
+        logged = {}
+        fake = type("Fake", (), {})()
+        fake.log = lambda name, value, **kw: logged.update({name: float(value)})
+        AttentionNCECommon.log_attention(fake, [weights], labels, gather(labels, False))
+        torch.save(logged, f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_process_logs_the_same_attention_keys(tmp_path, monkeypatch):
+    import torch.multiprocessing as mp
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))  # spawn imports tests.plugin.*
+    mp.spawn(_log_attention_worker, (2, str(tmp_path / "store"), str(tmp_path)), nprocs=2)
+    logged = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    assert set(logged[0]) == set(logged[1])
+    key = "train_attn_argmax_same_class"
+    assert key in logged[0] and logged[0][key] == logged[1][key]
 
 
 def test_wrong_crop_count_is_named(pretrain_cfg):

@@ -24,7 +24,7 @@ SCHEMAS = {
 }
 #: Each method's keys, written out here rather than read from the schemas.
 COMMON = "proj_hidden_dim proj_output_dim temperature d_pos d_neg neg_weighting batch_positives"
-COMMON += " positives_update_bn attention_log_every"
+COMMON += " positives_update_bn attention_log_every neg_temperature exclude_same_class"
 KEYS = {
     "attentionnce": f"{COMMON} projector loss anchor",
     "mocov3_attentionnce": f"{COMMON} pred_hidden_dim loss key_in_prototype",
@@ -81,6 +81,9 @@ def test_unknown_key_is_named_with_the_allowed_keys(method):
         ("projector", "mlp_ln", "mlp, mlp_bn", "attentionnce"),
         ("anchor", "first", "views, mean", "attentionnce"),
         ("neg_weighting", "outside", "logit, importance", "attentionnce"),
+        ("neg_temperature", 0, "a finite number > 0 or null", "mocov3_attentionnce"),
+        ("neg_temperature", "abc", "a finite number > 0 or null", "attentionnce"),
+        ("exclude_same_class", "maybe", "true or false", "attentionnce"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key_and_what_it_allows(key, value, allowed, method):
@@ -124,12 +127,14 @@ def _check(large=2, small=4, method="attentionnce", loss="attentionnce", **other
     """``read_settings`` of a config with these crop roles and ``other`` keys."""
     schema, required = SCHEMAS[method]
     data = {"num_large_crops": large, "num_small_crops": small, **other.pop("data", {})}
-    kwargs = {**required, "loss": loss}
+    oracle = other.pop("exclude_same_class", False)
+    kwargs = {**required, "loss": loss, "exclude_same_class": oracle}
     cfg = {"method": method, "method_kwargs": kwargs, "data": data, **other}
     read_settings(OmegaConf.create(cfg), schema, "simclr" if method == "attentionnce" else "mocov3")
 
 
 DALI = {"data": {"format": "dali"}}
+ORACLE = {"exclude_same_class": True}
 
 
 @pytest.mark.parametrize(
@@ -140,6 +145,8 @@ DALI = {"data": {"format": "dali"}}
         (DALI, r"dali\.encode_indexes_into_labels=True"),
         (dict(DALI, dali={"encode_indexes_into_labels": False}), "dali.encode_indexes_into_labels"),
         (dict(diagnostics={"enable": False}), "diagnostics.enable .*enabled.*callbacks"),
+        (dict(ORACLE, data={"dataset": "stl10"}), "exclude_same_class=True needs class labels"),
+        (dict(ORACLE, data={"no_labels": True}), "exclude_same_class.*allowed here: false"),
     ],
 )
 def test_other_keys_the_methods_read_are_refused_naming_the_key(cfg, refusal):
@@ -152,3 +159,4 @@ def test_other_keys_the_methods_read_pass_when_right():
     _check(**DALI, dali={"encode_indexes_into_labels": True})
     _check(**DALI, method="mocov3_attentionnce")  # MoCo masks by position: any indexes will do
     _check(diagnostics={"enabled": False, "callbacks": {}})
+    _check(**ORACLE, data={"dataset": "cifar10"}, method="mocov3_attentionnce")
