@@ -160,25 +160,28 @@ def _attention_nce(
     sim = anchors @ candidates.T
     with torch.no_grad():
         k = valid.sum(dim=1, keepdim=True).to(sim.dtype)
-        # The dtype's lowest number, not -inf: a row without negatives (one image on one process)
-        # then gets finite weights instead of NaN, and its logits are -inf below all the same.
-        lowest = torch.finfo(sim.dtype).min
-        w = torch.softmax((sim / s.d_neg).masked_fill_(~valid, lowest), dim=1).add_(BETA_EPS)
+        # The dtype's lowest number marks the candidates that are no negatives, not -inf: a row
+        # without negatives (one image on one process) then stays finite, and exp gives 0 there.
+        lowest, invalid = torch.finfo(sim.dtype).min, ~valid
+        w = torch.softmax((sim / s.d_neg).masked_fill_(invalid, lowest), dim=1).add_(BETA_EPS)
         if s.neg_weighting == "logit":
             scale = w.mul_(k / s.neg_temperature)
-            offset = torch.where(valid, sim.new_zeros(()), -math.inf)
+            offset = torch.where(valid, sim.new_zeros(()), lowest)
         else:  # log beta is finite on the valid candidates: beta >= K * 1e-6 there
             scale = sim.new_tensor(1.0 / s.neg_temperature)
-            offset = w.mul_(k).log_().masked_fill_(~valid, -math.inf)
-    logits = torch.cat([pos_logit.unsqueeze(1), torch.addcmul(offset, sim, scale)], dim=1)
+            offset = w.mul_(k).log_().masked_fill_(invalid, lowest)
+    neg = torch.addcmul(offset, sim, scale)
     # logsumexp shifts by the row's max: no logit is exponentiated as it is.
-    loss = torch.logsumexp(logits, dim=1) - pos_logit
-    return loss, (_weights(logits, alpha, scale, offset, valid, s) if with_weights else None)
+    loss = torch.logaddexp(pos_logit, torch.logsumexp(neg, dim=1)) - pos_logit
+    return loss, (
+        _weights(pos_logit, neg, alpha, scale, offset, valid, s) if with_weights else None
+    )
 
 
 @torch.no_grad()
 def _weights(
-    logits: torch.Tensor,
+    pos_logit: torch.Tensor,
+    neg: torch.Tensor,
     alpha: torch.Tensor,
     scale: torch.Tensor,
     offset: torch.Tensor,
@@ -188,11 +191,11 @@ def _weights(
     """The call's :class:`AttentionWeights`, from what the loss computed: beta is ``scale *
     tau_neg`` (``logit``) or ``exp(offset)`` (``importance``); the push on negative j is tau
     times the derivative of the loss in its cosine, ``q_j * scale * tau``."""
-    q = torch.softmax(logits, dim=1)  # each logit's share; the pull is 1 - q_0
+    q = torch.softmax(torch.cat([pos_logit.unsqueeze(1), neg], dim=1), dim=1)  # the pull: 1 - q_0
     if s.neg_weighting == "logit":
         beta = (scale * s.neg_temperature).masked_fill_(~valid, 0.0)
     else:
-        beta = offset.exp()
+        beta = offset.exp()  # 0 where offset is the lowest number
     push = q[:, 1:] * (scale * s.temperature)
     return AttentionWeights(alpha, beta, valid, push, 1.0 - q[:, 0])
 
