@@ -180,6 +180,19 @@ def read_settings(cfg: DictConfig, schema: Any, base_loss: str) -> DictConfig:
             "data_format=dali in the shipped configs sets it): the loss masks negatives by "
             "dataset index"
         )
+    # solo-learn builds DALI's index map on the current device (dali_dataloader.py:628-630,772)
+    # and DALI decodes onto the local rank's GPU (766): the first batch mixes cuda:k and cuda:0
+    # unless the devices are 0..n-1.
+    devices = OmegaConf.select(cfg, "devices")
+    listed = list(devices) if OmegaConf.is_list(devices) or isinstance(devices, list) else None
+    if dali and encoded and listed is not None and listed != list(range(len(listed))):
+        shown = ",".join(map(str, listed))
+        raise MethodConfigError(
+            f"devices={listed} with data.format=dali: solo-learn's DALI loader with "
+            "dali.encode_indexes_into_labels needs devices=[0, ..., n-1] (allowed values); "
+            f"select the GPUs with CUDA_VISIBLE_DEVICES={shown} and devices="
+            f"{list(range(len(listed)))} instead"
+        )
     # solo-learn gives unlabeled images the label -1: STL-10's pretraining split and no_labels.
     dataset, no_labels = (OmegaConf.select(cfg, f"data.{k}") for k in ("dataset", "no_labels"))
     if kwargs.exclude_same_class and (no_labels or dataset == "stl10"):

@@ -74,3 +74,39 @@ def test_every_command_answers_help(command, says, capsys):
         command(["--help"])
     out = capsys.readouterr().out
     assert exit_.value.code == 0 and all(s in out for s in says), out
+
+
+def test_umap_without_its_packages_says_what_to_install(tmp_path, monkeypatch):
+    """solo-learn's main_umap.py imports pandas, seaborn and umap at its top: instead of its
+    ModuleNotFoundError, the command names the packages and the install extra."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pandas" else find_spec(name)
+    )
+    monkeypatch.setattr(cli, "run_solo_script", lambda *args: pytest.fail("main_umap.py ran"))
+    argv = ["--pretrained_checkpoint_dir", str(tmp_path), "--dataset", "custom"]
+    with pytest.raises(SystemExit, match=r"pip install pandas.*attnce-plugin\[umap\]"):
+        cli.umap(argv + ["--train_data_path", str(tmp_path)])
+
+
+def test_knn_loads_our_checkpoints_onto_the_current_device(tmp_path, monkeypatch):
+    """main_knn.py moves each batch to the current device but loads the model where it was saved
+    (a CPU run, cuda:1): while it runs, our methods load with map_location = the current device
+    (here the CPU), and afterwards as before."""
+    import torch
+
+    from attnce_plugin.methods import METHODS
+
+    before = {name: cls.load_from_checkpoint for name, cls in METHODS.items()}
+    seen = []
+
+    def run(script, argv):
+        for cls in METHODS.values():
+            seen.append(cls.load_from_checkpoint.keywords["map_location"])
+
+    monkeypatch.setattr(cli, "run_solo_script", run)
+    cli.knn(_required(tmp_path))
+    assert seen == [torch.device("cpu")] * len(METHODS)
+    assert {name: cls.load_from_checkpoint for name, cls in METHODS.items()} == before

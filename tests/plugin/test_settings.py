@@ -135,6 +135,7 @@ def _check(large=2, small=4, method="attentionnce", loss="attentionnce", **other
 
 DALI = {"data": {"format": "dali"}}
 ORACLE = {"exclude_same_class": True}
+DALI_ENCODED = dict(DALI, dali={"encode_indexes_into_labels": True})
 
 
 @pytest.mark.parametrize(
@@ -146,6 +147,8 @@ ORACLE = {"exclude_same_class": True}
         (dict(DALI, dali={"encode_indexes_into_labels": False}), "dali.encode_indexes_into_labels"),
         (dict(diagnostics={"enable": False}), "diagnostics.enable .*enabled.*callbacks"),
         (dict(ORACLE, data={"dataset": "stl10"}), "exclude_same_class=True needs class labels"),
+        (dict(DALI_ENCODED, devices=[1]), r"CUDA_VISIBLE_DEVICES=1 and devices=\[0\]"),
+        (dict(DALI_ENCODED, devices=[2, 3]), r"CUDA_VISIBLE_DEVICES=2,3 and devices=\[0, 1\]"),
         (dict(ORACLE, data={"no_labels": True}), "exclude_same_class.*allowed here: false"),
     ],
 )
@@ -160,3 +163,5 @@ def test_other_keys_the_methods_read_pass_when_right():
     _check(**DALI, method="mocov3_attentionnce")  # MoCo masks by position: any indexes will do
     _check(diagnostics={"enabled": False, "callbacks": {}})
     _check(**ORACLE, data={"dataset": "cifar10"}, method="mocov3_attentionnce")
+    _check(**DALI_ENCODED, devices=[0, 1])
+    _check(**DALI, devices=[1], method="mocov3_attentionnce")  # no index map: solo-learn's own
