@@ -44,15 +44,16 @@ def overrides(args: argparse.Namespace, train_path: str, method: str) -> List[st
 
 
 def build(config: str, overrides: Sequence[str]) -> Any:
-    """(model, cfg) as main_pretrain.py builds them from ``pretrain/custom/<config>.yaml``, the
-    shipped configs' Hydra callback called as Hydra calls it, on main_pretrain.py's globals."""
+    """(model, cfg) as main_pretrain.py builds them from the shipped ``config`` (e.g.
+    ``pretrain/custom/attentionnce.yaml``), the shipped configs' Hydra callback called as Hydra
+    calls it, on main_pretrain.py's globals."""
     import solo.args.pretrain
     from solo.methods import METHODS as SOLO_METHODS
     from solo.utils.misc import make_contiguous
 
     from attnce_plugin.seam import SoloLearnCallback
 
-    cfg = compose(f"pretrain/custom/{config}.yaml", overrides)
+    cfg = compose(config, overrides)
     task = SimpleNamespace(__globals__={"parse_cfg": solo.args.pretrain.parse_cfg})
     SoloLearnCallback().on_job_start(cfg, task_function=task)
     OmegaConf.set_struct(cfg, False)
@@ -85,7 +86,8 @@ def fit(model: Any, cfg: Any, batch: List[Any], steps: int, record: Path) -> Tup
 
 def measure(method: str, args: argparse.Namespace, tmp: Path) -> Dict[str, Any]:
     """The method's row: s/step of each fit (median, range), the config's views, peak memory."""
-    model, cfg = build(METHODS[method][1], overrides(args, str(tmp / "data"), method))
+    config = f"pretrain/custom/{METHODS[method][1]}.yaml"
+    model, cfg = build(config, overrides(args, str(tmp / "data"), method))
     device, gen = torch.device(args.device), torch.Generator().manual_seed(0)
     sizes = [int(p.crop_size) for p in cfg.augmentations for _ in range(int(p.num_crops))]
     crops = [torch.randn(args.batch_size, 3, s, s, generator=gen).to(device) for s in sizes]

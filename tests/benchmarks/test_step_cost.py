@@ -23,7 +23,7 @@ def _args(**kw) -> argparse.Namespace:
 def _build(method: str, tmp_path: Path, args: argparse.Namespace):
     (tmp_path / "data" / "a").mkdir(parents=True, exist_ok=True)
     overrides = step_cost.overrides(args, str(tmp_path / "data"), method)
-    return step_cost.build(step_cost.METHODS[method][1], overrides)
+    return step_cost.build(f"pretrain/custom/{step_cost.METHODS[method][1]}.yaml", overrides)
 
 
 @pytest.mark.parametrize("method", list(step_cost.BASELINE))

@@ -69,3 +69,16 @@ def test_linear_config_composes(path):
         lr = 1e-2 if path.parent.name == "stl10" else 1e-3
         want = ("adam", lr, "cifar_resnet50")
         assert (cfg.optimizer.name, cfg.optimizer.lr, cfg.backbone.name) == want
+
+
+def test_the_docs_name_every_config_family_that_wants_several_gpus():
+    """A user with one GPU learns from docs/usage.md which configs ask for more and what
+    ``devices=[0]`` changes."""
+    usage = (config_dir().parents[1] / "docs" / "usage.md").read_text()
+    several = set()
+    for path in PRETRAIN:
+        cfg = compose(str(path), [])
+        if len(cfg.devices) > 1:
+            several.add(path.parent.name)
+            assert f"`{path.parent.name}`" in usage, path
+    assert several and "`'devices=[0]'`" in usage and "halve" in usage
