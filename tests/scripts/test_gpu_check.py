@@ -1,8 +1,10 @@
 """scripts/gpu_check.sh: ``prepare`` builds the bundle, ``run --cpu`` runs every command of the GPU
-check on this CPU (the marked tests narrowed to the one below, as the others run in this suite;
-the step cost of two methods) and leaves its tables under $OUT; without the bundle ``run`` stops
-at once, saying what to run. No network: the wheel cache that ``prepare`` would fill from PyPI is
-built here from the installed distributions of the pinned versions."""
+check on this CPU under the bundle's Lightning (the loss, main_pretrain.py for both forms with
+validation, main_linear.py on the checkpoint, the marked tests narrowed to the one below, as the
+others run in this suite; the step cost of two methods; attnce-knn and DALI need CUDA) and leaves
+its tables under $OUT; without the bundle ``run`` stops at once, saying what to run. No network:
+the wheel cache that ``prepare`` would fill from PyPI is built here from the installed
+distributions of the pinned versions."""
 
 from __future__ import annotations
 
@@ -63,7 +65,16 @@ def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
     bundle = REPO / ".gpucheck"
     assert (bundle / "solo-learn" / "solo" / "methods" / "mocov3.py").is_file()
     wheels = {p.name.split("-")[0] for p in (bundle / "wheels").glob("*.whl")}
-    assert {"omegaconf", "hydra_core", "antlr4_python3_runtime", "torchmetrics", "pytest"} <= wheels
+    want = {
+        "omegaconf",
+        "hydra_core",
+        "antlr4_python3_runtime",
+        "torchmetrics",
+        "lightning",
+        "pytest",
+    }
+    assert want <= wheels
+    assert len(list((bundle / "data" / "val").rglob("*.png"))) == 48
     size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
     assert size <= 48 * 2**20
 
@@ -72,9 +83,12 @@ def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
     proc = _sh("run", "--cpu", OUT=str(out), GPUCHECK_TESTS=test)
     assert proc.returncode == 0, proc.stdout[-3000:]
     summary = {r[0]: r for r in _table_rows(out / "summary.md")}
-    names = ["env", "tests", "step_cost_32", "step_cost_bf16-mixed"]
+    names = ["env", "loss_sync", "pretrain_attentionnce_32", "pretrain_mocov3_attentionnce_32"]
+    names += ["linear", "tests", "step_cost_32", "step_cost_bf16-mixed"]
     assert list(summary) == names and all(summary[n][1] == "0" for n in names), summary
-    assert "torchmetrics 0.11.4" in (out / "env.log").read_text()  # the bundle's, first on the path
+    env = (out / "env.log").read_text()
+    assert "torchmetrics 0.11.4" in env and "lightning 2.1.2" in env  # the bundle's, first
+    assert any((out / "ckpt" / "linear").rglob("*.ckpt"))
     assert "\ntests: 1 passed" in (out / "summary.md").read_text()  # the verdict comes back there
     for name, precision in (("step_cost_32", "32-true"), ("step_cost_bf16-mixed", "bf16-mixed")):
         rows = _table_rows(out / f"{name}.md")
