@@ -82,3 +82,10 @@ def test_the_docs_name_every_config_family_that_wants_several_gpus():
             several.add(path.parent.name)
             assert f"`{path.parent.name}`" in usage, path
     assert several and "`'devices=[0]'`" in usage and "halve" in usage
+
+
+def test_the_multi_node_example_gives_each_node_its_own_rank():
+    """Run as written on every node, a hard-coded NODE_RANK=0 gives two nodes the same ranks."""
+    usage = (config_dir().parents[1] / "docs" / "usage.md").read_text()
+    assert "++num_nodes=2" in usage and "NODE_RANK=$THIS_NODE" in usage
+    assert "NODE_RANK=0 " not in usage
