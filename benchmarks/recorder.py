@@ -7,7 +7,10 @@ rank 0, appended to::
      "peak_cuda_mib", <every scalar of trainer.callback_metrics>}
 
 ``train_seconds``: the epoch's start to its last batch's end (validation excluded; on a GPU the
-last batch waited for). Older records also hold lines of other events."""
+last batch waited for). The line goes out before the epoch's checkpoint file is written (solo-learn
+saves in its own ``on_train_epoch_end``, which runs before this callback's): a run killed at any
+moment has a record line for every epoch its last checkpoint holds, and a resumed run appends the
+epochs after it. Older records also hold lines of other events."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import math
 import resource
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
@@ -24,17 +28,23 @@ from lightning.pytorch.callbacks import Callback
 
 
 def read_records(path: Path, event: Optional[str] = None) -> List[Dict[str, Any]]:
-    """A record file's lines (of one ``event``), in order; a half-written line is left out; none
-    before the file exists."""
+    """A record file's lines (of one ``event``), in order; none before the file exists. A torn
+    line (a process killed while writing it) is left out, with a warning that names the file."""
     text = Path(path).read_text() if Path(path).is_file() else ""
-    lines = [ln for ln in text.splitlines() if ln.endswith("}")]
-    return [r for r in map(json.loads, lines) if event is None or r.get("event") == event]
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            warnings.warn(f"{path}: line {number} is torn (a killed write?); skipped", stacklevel=2)
+    return [r for r in records if event is None or r.get("event") == event]
 
 
 class RunRecorder(Callback):
     def __init__(self, path: Union[str, Path]) -> None:
         self.path = Path(path)
         self._fit_start = self._epoch_start = self._last_batch_end = None
+        self._written = 0  # the last epoch (1-based) whose line is out
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._fit_start = time.perf_counter()
@@ -49,9 +59,16 @@ class RunRecorder(Callback):
             torch.cuda.synchronize(pl_module.device)  # the epoch's time includes its last batch
         self._last_batch_end = time.perf_counter()
 
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Dict) -> None:
+        if self._last_batch_end is not None:  # at an epoch's end, before its file is written
+            self.on_train_epoch_end(trainer, pl_module)
+
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         # Lightning 2.x ran the epoch's validation before this hook: its metrics are in
         # callback_metrics, and the training time stopped at the last batch, before it.
+        if self._written == trainer.current_epoch + 1:
+            return
+        self._written = trainer.current_epoch + 1
         now = time.perf_counter()
         end = self._last_batch_end or now
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS

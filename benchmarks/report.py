@@ -317,8 +317,10 @@ def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
     md = ["# Benchmark results", "", *[f"- {h}" for h in header], ""]
     md += [section("Summary", summary_table(lines)), section("Runs", runs_table(lines))]
     md += [regime_markdown(lines), mechanism_markdown(lines), verdicts_markdown(lines)]
+    # "running" and "incomplete": a run killed before it finished; the same command resumes it.
+    says = {"ok": "Note", "running": "INCOMPLETE", "incomplete": "INCOMPLETE"}
     notes = [
-        f"- {'FAILED or skipped' if r['status'] != 'ok' else 'Note'}: {r['key']}: "
+        f"- {says.get(r['status'], r['status'].upper())}: {r['key']}: "
         f"{(r.get('error') or '?').strip().splitlines()[-1]}"
         for r in results
         if r["status"] != "ok" or r.get("error")

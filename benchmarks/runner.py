@@ -2,7 +2,10 @@
 overrides, in a subprocess, then the offline probe of its last checkpoint. A run's folder
 ``<out>/runs/<run.key>/`` holds ``config.yaml`` (resolved; the shipped config's name and every
 override in its header), ``command.sh``, ``train.log``, ``record.jsonl`` (the RunRecorder's) and
-``result.json``; a run whose ``result.json`` says "ok" is finished, and is reused."""
+``result.json`` (written whole or not at all); a run whose ``result.json`` says "ok" is finished,
+and is reused. A run stopped before it finished (killed, a machine gone) keeps the checkpoint of
+its last epoch, and the same command resumes it from there through solo-learn's
+``resume_from_checkpoint``."""
 
 from __future__ import annotations
 
@@ -168,26 +171,58 @@ def new_result(run: Run, **fields: Any) -> Result:
     return {**result, "settings": list(row.overrides), "run_dir": "", "cpu": "", **fields}
 
 
+def last_checkpoint(run_dir: Path) -> Optional[Tuple[Path, int]]:
+    """(the newest checkpoint that loads, its epochs) of an unfinished run, or None. solo-learn
+    deletes the previous checkpoint after the next one is written, so a file torn by a kill still
+    leaves the one before it."""
+    import torch
+
+    found = []
+    for path in (run_dir / "ckpt").rglob("*-ep=*.ckpt"):
+        epoch = re.search(r"-ep=(\d+)\.ckpt$", path.name)
+        found += [(int(epoch.group(1)) + 1, path)] if epoch else []
+    for epochs, path in sorted(found, reverse=True):
+        try:
+            torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        except Exception:  # torn by a kill: the one before it
+            continue
+        return path, epochs
+    return None
+
+
 def launch(prep: Prepared, budget: Budget) -> Result:
-    """Train one run, read its record, keep solo-learn's parsed config (``args.json``: the untrained
-    reference rows are built from it), probe its last checkpoint, save its result."""
+    """Train one run (or resume it from its last checkpoint), read its record, keep solo-learn's
+    parsed config (``args.json``: the untrained reference rows are built from it), probe its last
+    checkpoint, save its result."""
     from benchmarks.probe import backbone
 
     record, log = prep.run_dir / "record.jsonl", prep.run_dir / "train.log"
-    shutil.rmtree(prep.run_dir, ignore_errors=True)  # an unfinished run's files are stale
-    prep.write()
     result = new_result(prep.run, run_dir=str(prep.run_dir), cpu=cpu_name(), **provenance())
+    resume, command, before = last_checkpoint(prep.run_dir), list(prep.command), 0.0
+    if resume is None:
+        shutil.rmtree(prep.run_dir, ignore_errors=True)  # an unfinished run's files are stale
+        prep.write()
+        save_result(dict(result, status="running", error="started, not finished"))
+    else:
+        ckpt, done = resume
+        prior = read_result(prep.run_dir)  # the part before: "running", or "failed"
+        kept = [r for r in read_records(record) if r.get("epoch", 0) <= done]
+        write_atomically(record, "".join(json.dumps(r) + "\n" for r in kept))
+        before = float(kept[-1]["elapsed_seconds"]) if kept else 0.0
+        result["resumed"] = {"after_epoch": done, "commit": prior.get("commit", "unknown")}
+        command.append(f"++resume_from_checkpoint='{ckpt}'")
+        print(f"    resuming after epoch {done} from {ckpt}", file=sys.stderr)
     env = dict(os.environ, PYTHONWARNINGS=os.environ.get("PYTHONWARNINGS", "ignore"))
     # The run's cwd is its folder: this checkout's packages must be the ones imported there.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     start = time.perf_counter()
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(prep.command, cwd=prep.run_dir, stdout=fh, stderr=fh, env=env)
+    with open(log, "a" if resume else "w") as fh:
+        proc = subprocess.Popen(command, cwd=prep.run_dir, stdout=fh, stderr=fh, env=env)
         try:
             code = wait_showing_epochs(proc, record, prep.run.epochs)
         finally:  # Ctrl-C or SIGTERM: the training stops too (a no-op once it has ended)
             proc.kill()
-    result["wall_seconds"] = time.perf_counter() - start
+    result["wall_seconds"] = before + time.perf_counter() - start
     epochs = read_records(record, "epoch")
     result["epochs_done"] = len(epochs)
     if epochs:
@@ -209,7 +244,8 @@ def launch(prep: Prepared, budget: Budget) -> Result:
     elif result["status"] == "ok" and budget.probe:
         trained = lambda: backbone(ckpts[-1].parent / "args.json", ckpts[-1])  # noqa: E731
         probe_into(result, trained, budget, prep.resolved)
-    shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)  # command.sh trains it again
+    if result["status"] == "ok":  # command.sh trains it again; an unfinished run resumes from it
+        shutil.rmtree(prep.run_dir / "ckpt", ignore_errors=True)
     save_result(result)
     return result
 
@@ -225,7 +261,8 @@ def wait_showing_epochs(proc: subprocess.Popen, record: Path, epochs: int) -> in
             code = None
         done = read_records(record, "epoch")
         if len(done) > shown:
-            shown, per_epoch = len(done), float(done[-1]["elapsed_seconds"]) / len(done)
+            shown = len(done)
+            per_epoch = sum(float(r["train_seconds"]) for r in done) / shown
             left = (epochs - shown) * per_epoch / 60
             line = f"    epoch {shown}/{epochs}, {per_epoch:.0f} s/epoch, ~{left:.0f} min left"
             print(line, end=end, file=sys.stderr)
@@ -234,17 +271,43 @@ def wait_showing_epochs(proc: subprocess.Popen, record: Path, epochs: int) -> in
             return code
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """``path`` holds the old text or the new, whatever moment a kill comes."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    os.replace(part, path)
+
+
 def save_result(result: Result) -> None:
     # No run_dir inside: it is the record's own folder, wherever the record lies later.
     text = json.dumps(dict(result, run_dir=""), indent=2) + "\n"
-    Path(result["run_dir"], "result.json").write_text(text)
+    write_atomically(Path(result["run_dir"], "result.json"), text)
+
+
+def read_result(run_dir: Path) -> Result:
+    """A run folder's ``result.json``; {} where none reads (never written, or written by hand)."""
+    try:
+        return dict(json.loads((run_dir / "result.json").read_text()), run_dir=str(run_dir))
+    except (OSError, ValueError):
+        return {}
 
 
 def read_results(out: Path, runs: Sequence[Run] = ()) -> List[Result]:
-    """Every record in ``out/runs`` ("ok" or not): ``runs``' in their order, then by folder."""
+    """Every record in ``out/runs`` ("ok" or not): ``runs``' in their order, then by folder. A
+    run folder with a record but no readable ``result.json`` (a run killed before it finished,
+    under an older runner) is an "incomplete" result, its key its folder."""
     order = {r.key: i for i, r in enumerate(runs)}
-    paths = sorted((out / "runs").glob("**/result.json"), key=str)
-    results = [dict(json.loads(p.read_text()), run_dir=str(p.parent)) for p in paths]
+    runs_dir = out / "runs"
+    folders = {
+        p.parent for name in ("record.jsonl", "result.json") for p in runs_dir.glob(f"**/{name}")
+    }
+    results = []
+    for folder in sorted(folders, key=str):
+        key = folder.relative_to(runs_dir).as_posix()
+        comparison, label, seed = key.split("/")
+        stub = dict(key=key, label=label, method="?", comparison=comparison, status="incomplete")
+        stub.update(seed=int(seed.removeprefix("seed")), epochs=0, settings=[], error="no result")
+        results.append(read_result(folder) or dict(stub, run_dir=str(folder)))
     return sorted(results, key=lambda r: order.get(r["key"], len(order)))
 
 

@@ -59,3 +59,34 @@ def test_cli_errors_name_the_problem_before_any_training(argv, message, tmp_path
     assert main([*argv, "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "runs").exists()
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.integration  # trains through solo-learn
+def test_a_killed_run_resumes_when_the_same_command_runs_again(tmp_path, monkeypatch, capsys):
+    """The training process is SIGKILLed after epoch 1's checkpoint, and the record gets a torn
+    line; the same command resumes after epoch 1: each epoch once in the record, the train seconds
+    of both parts, and result.json says so."""
+    require_solo()
+    tests = str(Path(__file__).resolve().parents[1])  # helpers.resume, in the training process
+    monkeypatch.setenv("PYTHONPATH", tests)
+    out, kill = tmp_path / "bench_out", "++diagnostics.callbacks.kill"
+    argv = ["--preset", "smoke", "--methods", "attentionnce", "--extra-m", "", "--epochs", "2"]
+    argv += ["--no-offline-probe", "--out", str(out), "--", "++limit_train_batches=2"]
+    argv += [f"{kill}._target_=helpers.resume.KillOnce", f"{kill}.marker={tmp_path}/killed"]
+    assert main(argv) == 1
+    run = out / "runs" / "equal-epoch" / "AttentionNCE-M-4" / "seed0"
+    first = json.loads((run / "result.json").read_text())
+    assert first["status"] == "failed" and first["error"].startswith("exit -9")
+    assert "INCOMPLETE" not in capsys.readouterr().out and any((run / "ckpt").rglob("*.ckpt"))
+    with (run / "record.jsonl").open("a") as fh:
+        fh.write('{"event": "epoch", "epoch": 2, "train_sec')  # a write the kill tore
+    with pytest.warns(UserWarning, match="record.jsonl: line 2 is torn"):
+        assert main(argv) == 0, capsys.readouterr().err[-3000:]
+    result = json.loads((run / "result.json").read_text())
+    epochs = read_records(run / "record.jsonl", "epoch")
+    assert result["status"] == "ok" and [r["epoch"] for r in epochs] == [1, 2]
+    assert result["resumed"] == {"after_epoch": 1, "commit": first["commit"]}
+    assert result["train_seconds"] == pytest.approx(sum(r["train_seconds"] for r in epochs))
+    assert result["wall_seconds"] > epochs[0]["elapsed_seconds"]
+    assert "resuming after epoch 1" in capsys.readouterr().err
+    assert not (run / "ckpt").exists()

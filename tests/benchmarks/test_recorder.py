@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import Callback
 
 from benchmarks.recorder import RunRecorder, read_records
 
@@ -50,3 +52,29 @@ def test_a_fit_writes_an_epoch_line_with_the_keys_the_committed_ones_have(tmp_pa
     assert 0 < records[0]["train_seconds"] <= records[0]["elapsed_seconds"]
     assert records[0]["val_acc1"] == 42.0 and records[0]["train_nan"] is None  # JSON has no NaN
     assert records[0]["train_loss_epoch"] >= 0
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "record.jsonl"
+    path.write_text('{"event": "epoch", "epoch": 1}\n{"event": "epoch", "ep')
+    with pytest.warns(UserWarning, match=f"{path}: line 2 is torn"):
+        assert read_records(path, "epoch") == [{"event": "epoch", "epoch": 1}]
+
+
+def test_the_epoch_line_goes_out_before_its_checkpoint_and_once(tmp_path: Path) -> None:
+    """A checkpoint saved at an epoch's end (as solo-learn's is) writes the epoch's line first;
+    the epoch's end then writes nothing more."""
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), 4)
+    path, seen = tmp_path / "record.jsonl", []
+
+    class SaveAtEpochEnd(Callback):  # listed first, as the trainer lists solo-learn's
+        def on_train_epoch_end(self, trainer, module):
+            seen.append(len(read_records(path)))  # before the save
+            trainer.save_checkpoint(tmp_path / f"ep{trainer.current_epoch}.ckpt")
+            seen.append(len(read_records(path)))
+
+    quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    quiet.update(enable_model_summary=False, accelerator="cpu")
+    callbacks = [SaveAtEpochEnd(), RunRecorder(path)]
+    Trainer(max_epochs=2, callbacks=callbacks, **quiet).fit(Tiny(), loader)
+    assert seen == [0, 1, 1, 2] and [r["epoch"] for r in read_records(path)] == [1, 2]

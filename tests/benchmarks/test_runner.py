@@ -142,3 +142,26 @@ def test_no_time_match_across_two_cpus_and_a_failed_record_is_trained_again(tmp_
     launched = _launches(monkeypatch)
     runner.execute([Run(Row("mocov3"), 0, 29)], _budget(tmp_path), tmp_path)
     assert [p.run.key for p in launched] == ["equal-epoch/MoCo-v3/seed0"]
+
+
+def test_a_half_written_or_missing_result_reads_as_incomplete_and_the_report_says_so(tmp_path):
+    """A kill at any moment: result.json is replaced whole (a leftover .part is ignored), and a
+    folder whose result never got written, or does not parse, reads as an incomplete run."""
+    from benchmarks import report
+
+    done = tmp_path / "runs" / "equal-epoch" / "SimCLR" / "seed0"
+    torn = tmp_path / "runs" / "ablation" / "AttentionNCE-M-4-d-neg-1" / "seed1"
+    never = tmp_path / "runs" / "equal-epoch" / "MoCo-v3" / "seed2"
+    for folder in (done, torn, never):
+        folder.mkdir(parents=True)
+        (folder / "record.jsonl").write_text('{"event": "epoch", "epoch": 1}\n')
+    result = runner.new_result(Run(Row("simclr"), 0, 1), run_dir=str(done), status="ok")
+    runner.save_result(result)
+    (done / "result.json.part").write_text('{"key": ')  # a write a kill stopped
+    (torn / "result.json").write_text('{"key": "ablation/AttentionNCE-M-4-d-neg-1/seed1", ')
+    results = {r["key"]: r for r in runner.read_results(tmp_path)}
+    assert results["equal-epoch/SimCLR/seed0"]["status"] == "ok"
+    for key in ("ablation/AttentionNCE-M-4-d-neg-1/seed1", "equal-epoch/MoCo-v3/seed2"):
+        assert results[key]["status"] == "incomplete" and results[key]["seed"] == int(key[-1])
+    md = report.bench_markdown(list(results.values()), [])
+    assert "- INCOMPLETE: equal-epoch/MoCo-v3/seed2: no result" in md
