@@ -20,8 +20,7 @@ from typing import Any, Callable, Dict
 from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import OmegaConf
 
-# solo_checkout_dir re-exported: benchmarks/ and scripts/gpu_check.sh import it from here.
-from attnce_plugin.install import require_solo, solo_checkout_dir  # noqa: F401
+from attnce_plugin.install import require_solo
 from attnce_plugin.settings import num_positives
 
 

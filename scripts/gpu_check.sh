@@ -30,7 +30,7 @@ PINS=(omegaconf==2.3.1 hydra_core==1.3.8 antlr4_python3_runtime==4.9.3 torchmetr
 
 prepare() {
   local cache=${GPUCHECK_WHEEL_CACHE:-$HOME/.cache/attnce_plugin/gpucheck-wheels} solo pin
-  solo=$("$PY" -c 'from attnce_plugin.seam import solo_checkout_dir as d; print(d())') ||
+  solo=$("$PY" -c 'from attnce_plugin.install import solo_checkout_dir as d; print(d())') ||
     { echo "prepare copies solo-learn from its checkout: install it first" >&2; return 2; }
   rm -rf "$B" && mkdir -p "$B/wheels" "$B/solo-learn" "$cache" || return 2
   cp -r "$solo/solo" "$solo"/main_*.py "$solo/LICENSE" "$B/solo-learn/" || return 2
