@@ -104,14 +104,15 @@ def machine() -> str:
 
 
 def reference_tables() -> str:
+    """The reference's answer on one screen: the questions' verdicts and every family's counts,
+    and where the rest is."""
     runs = settings(build_parser().parse_args(["--preset", "reference"])).runs()
     lines = report.aggregate(runner.read_results(REFERENCE, runs))
     title = "# The real result: the reference preset (6,000 images, 29 epochs, 3 to 5 seeds), "
     title += "rebuilt from its committed records"
-    how = "`python3 -m benchmarks --preset reference --report-only --out benchmarks/results/"
-    how += "reference` prints all its tables."
-    tables = [report.summary_table(lines), "", report.verdicts_markdown(lines)]
-    return "\n".join(["", title, "", how, "", *tables])
+    how = "Every row, and every family's lines: README.md, docs/results.md, or `python3 -m "
+    how += "benchmarks --preset reference --report-only --out benchmarks/results/reference`."
+    return "\n".join(["", title, "", report.verdicts_markdown(lines, questions_only=True), how])
 
 
 def bench(args: argparse.Namespace, command: str) -> int:

@@ -1,6 +1,7 @@
 """The one report: tables from run results (``result.json`` dicts), the one statistical rule
 (:func:`paired`: seeds paired, a gap is real when the 95 % interval of the per-seed differences
-excludes 0; Holm's correction over every comparison), the regime, the verdicts, the figures."""
+excludes 0; Holm's correction within each family of comparisons named before its runs), the
+regime, the verdicts, the figures."""
 
 from __future__ import annotations
 
@@ -14,7 +15,18 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from benchmarks.recorder import read_records
-from benchmarks.runs import MOCO_ATTN, PIXELS, QUESTIONS, UNTRAINED, Result, Row, controls, row_of
+from benchmarks.runs import (
+    DECLARED,
+    FAMILIES,
+    MOCO_ATTN,
+    PIXELS,
+    QUESTIONS,
+    UNTRAINED,
+    Result,
+    Row,
+    controls,
+    row_of,
+)
 
 #: (mean, sample std); std is None with fewer than 2 values, mean None with none.
 MeanStd = Tuple[Optional[float], Optional[float]]
@@ -271,22 +283,39 @@ def mechanism_markdown(lines: Sequence[Line]) -> str:
     return section("Mechanism", table(["method", "seeds", *[t for _, t in HEALTH]], body))
 
 
-def comparisons(lines: Sequence[Line]) -> List[Tuple[str, Line, Line]]:
-    """(question, row a, row b): the preset's questions, then each ablation row against its
-    controls (runs.controls), where both rows have records."""
+#: A family's name, and its comparisons (question, row a, row b) whose rows have records.
+Family = Tuple[str, List[Tuple[str, Line, Line]]]
+QUESTIONS_FAMILY, ABLATION = "the four questions", "ablation: "
+
+
+def families(lines: Sequence[Line]) -> List[Family]:
+    """The families of paired comparisons, each named before its rows trained: the preset's
+    questions, the declared families (runs.FAMILIES), and each ablation row against its
+    controls; a family's comparisons where both rows have records, families without any left
+    out."""
     rows = {r.label: r for r in lines if r.seeds}
-    pairs = [(q, rows.get(a.label), rows.get(b.label)) for q, a, b in QUESTIONS]
+    named = [(QUESTIONS_FAMILY, list(QUESTIONS))]
+    named += [(name, [("", a, b) for a, b in pairs]) for name, pairs in FAMILIES]
     for r in (r for r in lines if r.row is not None and r.seeds):
-        pairs += [("Ablation:", r, rows.get(control.label)) for control in controls(r.row)]
-    return [(q, a, b) for q, a, b in pairs if a is not None and b is not None]
+        named.append((f"{ABLATION}{r.label}", [("", r.row, c) for c in controls(r.row)]))
+    out = []
+    for name, pairs in named:
+        found = [(q, rows.get(a.label), rows.get(b.label)) for q, a, b in pairs]
+        found = [(q, a, b) for q, a, b in found if a is not None and b is not None]
+        # A declared family is listed before its rows train; other families once they have.
+        out += [(name, found)] if found or name in DECLARED else []  # type: ignore[list-item]
+    return out
 
 
-def verdicts_markdown(lines: Sequence[Line]) -> str:
-    """A line per comparison and probe: the paired 95 % interval, real when it excludes 0, marked
-    where it survives Holm's correction over every paired line; the counts. "" without pairs."""
-    pairs = comparisons(lines)
-    if not pairs:
-        return ""
+def leave_one_out(a: Dict[int, float], b: Dict[int, float]) -> Tuple[int, int]:
+    """(k, n): of the n subsets that leave one common seed out, k whose interval excludes 0."""
+    common = sorted(set(a) & set(b))
+    tests = [paired({s: a[s] for s in common if s != out}, b) for out in common]
+    return sum(t is not None and abs(t["mean"]) > t["half"] for t in tests), len(common)
+
+
+def _family_verdicts(name: str, pairs: List[Tuple[str, Line, Line]]) -> Tuple[List[str], List]:
+    """A family's verdict lines (Holm within the family) and its counts row."""
     tests = [[paired(a.per_seed(m), b.per_seed(m)) for m, _ in PROBES] for _, a, b in pairs]
     flat = [s for row in tests for s in row if s is not None]
     for s, survives in zip(flat, holm([s["p"] for s in flat])):
@@ -294,22 +323,44 @@ def verdicts_markdown(lines: Sequence[Line]) -> str:
     out = []
     for (question, a, b), row in zip(pairs, tests):
         parts = []
-        for (metric, name), s in zip(PROBES, row):
+        for (metric, probe), s in zip(PROBES, row):
+            x, y = a.per_seed(metric), b.per_seed(metric)
             if s is None:  # under 2 common seeds
-                x, y = a.per_seed(metric), b.per_seed(metric)
                 gap = [x[k] - y[k] for k in x if k in y]
-                parts.append(f"{name} {gap[0]:+.2f}, one seed: no test" if gap else f"{name} n/a")
+                parts.append(f"{probe} {gap[0]:+.2f}, one seed: no test" if gap else f"{probe} n/a")
                 continue
-            mark = (", real" + ", survives Holm" * s["holm"]) if s["real"] else ", not shown"
+            mark = ", not shown"
+            if s["real"]:
+                mark = ", real" + ", survives Holm" * s["holm"]
+                mark += ", real in {} of {} leave-one-seed-out subsets".format(*leave_one_out(x, y))
             parts.append(
-                f"{name} {s['mean']:+.2f} ± {s['half']:.2f} (95 % half-width, {s['n']} seeds, "
+                f"{probe} {s['mean']:+.2f} ± {s['half']:.2f} (95 % half-width, {s['n']} seeds, "
                 f"t = {s['t']:+.2f}){mark}"
             )
-        out.append(f"- {question} {a.label} minus {b.label}: {'; '.join(parts)}.")
-    head = ["lines (comparison x probe)", "paired (2+ common seeds)", "interval excludes 0"]
+        out.append(f"- {question + ' ' if question else ''}{a.label} minus {b.label}: ")
+        out[-1] += f"{'; '.join(parts)}."
     real, survive = (sum(s[k] for s in flat) for k in ("real", "holm"))
-    counts = [len(pairs) * len(PROBES), len(flat), real, survive]
-    return section("Verdicts", "\n".join(out), table([*head, "survive Holm"], [counts]))
+    return out, [name, len(pairs) * len(PROBES), len(flat), real, survive]
+
+
+COUNTS = ["family", "lines (comparison x probe)", "paired (2+ common seeds)"]
+COUNTS += ["interval excludes 0", "survive Holm (within the family)"]
+
+
+def verdicts_markdown(lines: Sequence[Line], questions_only: bool = False) -> str:
+    """A line per comparison and probe, family by family: the paired 95 % interval, real when it
+    excludes 0, marked where it survives Holm's correction within its family, and a real line's
+    leave-one-seed-out count; each family's counts. ``questions_only``: the questions' lines and
+    every family's counts. "" without pairs."""
+    blocks, counts = [], []
+    for name, pairs in families(lines):
+        out, row = _family_verdicts(name, pairs)
+        counts.append(row)
+        if out and (name == QUESTIONS_FAMILY or not questions_only):
+            blocks += [f"{name[0].upper()}{name[1:]}:", "\n".join(out)]
+    if not counts:
+        return ""
+    return section("Verdicts", *blocks, table(COUNTS, counts))
 
 
 def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
@@ -360,7 +411,9 @@ def draw(lines: Sequence[Line], out: Path) -> List[str]:
     figures["results.png"].legend(
         *axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=7
     )
-    ablations = [(a, b) for q, a, b in comparisons(lines) if q == "Ablation:"]
+    ablations = [
+        (a, b) for f, pairs in families(lines) for _, a, b in pairs if f.startswith(ABLATION)
+    ]
     pairs = [(a, b) for a, b in ablations if "off" in b.label or b.label == MOCO_ATTN.label]
     if pairs:
         n = math.ceil(len(pairs) / 4)  # one panel a row, four a line

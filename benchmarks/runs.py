@@ -211,3 +211,33 @@ def matched_epochs(epochs: int, base_s_per_epoch: float, target_s_per_epoch: flo
     if not base_s_per_epoch > 0 or not math.isfinite(base_s_per_epoch):
         raise ValueError(f"baseline seconds per epoch {base_s_per_epoch} must be > 0")
     return max(epochs, int(round(epochs * target_s_per_epoch / base_s_per_epoch)))
+
+
+#: Families of comparisons (row a minus row b, as ``--row`` texts at M = 4; "" is the attention
+#: off's equal-epoch row) declared before their rows trained (the 2x2 of imbalance and aim, and
+#: the same-class oracle): Holm runs within each. The questions are one family too, and so are
+#: each ablation row's lines against its controls.
+DECLARED = {
+    "imbalance": [
+        ("attentionnce_off:neg_temperature=0.15", ""),
+        ("d_pos=1,d_neg=1", "attentionnce_off:neg_temperature=0.15"),
+    ],
+    "false negatives": [
+        (
+            "d_pos=1,d_neg=1,neg_weighting=importance,exclude_same_class=true",
+            "attentionnce_off:exclude_same_class=true",
+        ),
+        ("d_pos=1,d_neg=1,exclude_same_class=true", "attentionnce_off:exclude_same_class=true"),
+        ("attentionnce_off:exclude_same_class=true", ""),
+    ],
+    "tau 0.5": [
+        (
+            "d_pos=1,d_neg=0.4,temperature=0.5,neg_weighting=importance",
+            "attentionnce_off:temperature=0.5",
+        )
+    ],
+}
+FAMILIES = [
+    (name, [tuple(parse_row(t, 4) if t else Row("attentionnce_off", 4) for t in p) for p in pairs])
+    for name, pairs in DECLARED.items()
+]

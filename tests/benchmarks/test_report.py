@@ -118,15 +118,20 @@ def test_verdict_lines_follow_the_paired_rule_and_are_counted() -> None:
             _result(r.label, s, 80.0 + s + g, "ablation", r.overrides) for s, g in enumerate(gaps)
         ]
     md = report.verdicts_markdown(report.aggregate(results))
-    lines = {ln.split(" minus ")[0]: ln for ln in md.splitlines() if ln.startswith("- Ablation")}
-    assert "linear -2.00 ± 0.25" in lines[f"- Ablation: {row.label}"]  # diffs -2.1, -2, -1.9
-    assert ", real, survives Holm" in lines[f"- Ablation: {row.label}"]
-    assert "linear +0.00 ±" in lines[f"- Ablation: {noisy.label}"]
-    assert "not shown" in lines[f"- Ablation: {noisy.label}"]
-    assert "linear -3.00, one seed: no test" in lines[f"- Ablation: {one.label}"]
-    assert "t = -2.85), not shown" in lines[f"- Ablation: {hint.label}"]  # |t| > 2 is not real
-    # 4 rows x 2 probes against the one control present; 6 paired, 2 real
-    assert "| 8 | 6 | 2 | 2 |" in md
+    lines = {ln.split(" minus ")[0]: ln for ln in md.splitlines() if ln.startswith("- ")}
+    assert "linear -2.00 ± 0.25" in lines[f"- {row.label}"]  # diffs -2.1, -2, -1.9
+    # each 2-seed subset: -2.05 or -1.95 ± 12.71 * 0.07 / sqrt 2 = 0.64
+    leave_one_out = "real in 3 of 3 leave-one-seed-out subsets"
+    assert f", real, survives Holm, {leave_one_out}" in lines[f"- {row.label}"]
+    assert "linear +0.00 ±" in lines[f"- {noisy.label}"]
+    assert "not shown" in lines[f"- {noisy.label}"]
+    assert "linear -3.00, one seed: no test" in lines[f"- {one.label}"]
+    assert "t = -2.85), not shown" in lines[f"- {hint.label}"]  # |t| > 2 is not real
+    # Each row's family: 2 lines against the one control present, Holm within the family.
+    assert f"| ablation: {row.label} | 2 | 2 | 2 | 2 |" in md
+    assert f"| ablation: {hint.label} | 2 | 2 | 0 | 0 |" in md
+    assert f"| ablation: {one.label} | 2 | 0 | 0 | 0 |" in md
+    assert "| imbalance | 0 | 0 | 0 | 0 |" in md  # declared: listed before its rows train
 
 
 def test_each_ablation_row_is_set_against_its_controls() -> None:
