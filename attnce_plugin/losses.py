@@ -19,8 +19,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass, fields
-from typing import Any, Dict, List, Optional, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -86,38 +86,29 @@ def gather(x: torch.Tensor, with_grad: bool) -> torch.Tensor:
     return torch.cat(out)
 
 
-@dataclass(frozen=True)
-class Scales:
-    """tau, the attention scales and where beta goes, checked when made: :func:`scales` makes each
-    setting once, so a training loop checks its settings on the first call only."""
-
+class Scales(NamedTuple):
     temperature: float
     d_pos: float
     d_neg: float
     neg_weighting: str
     neg_temperature: float
 
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "neg_weighting":
-                if value not in NEG_WEIGHTINGS:
-                    raise ValueError(
-                        f"neg_weighting={value!r}: allowed values are {NEG_WEIGHTINGS}"
-                    )
-                continue
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not (number and math.isfinite(value) and value > 0):
-                raise ValueError(f"{f.name} must be a finite number > 0, got {value!r}")
-
 
 @functools.lru_cache(maxsize=64, typed=True)
 def scales(
     temperature: float, d_pos: float, d_neg: float, neg_weighting: str, neg_temperature: Any
 ) -> Scales:
-    """The checked :class:`Scales`; ``neg_temperature`` None is ``temperature``."""
+    """The settings, checked once each (cached: a training loop's later calls check nothing);
+    ``neg_temperature`` None is ``temperature``."""
     tau_neg = temperature if neg_temperature is None else neg_temperature
-    return Scales(temperature, d_pos, d_neg, neg_weighting, tau_neg)
+    s = Scales(temperature, d_pos, d_neg, neg_weighting, tau_neg)
+    for name, value in s._asdict().items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if name != "neg_weighting" and not (number and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if neg_weighting not in NEG_WEIGHTINGS:
+        raise ValueError(f"neg_weighting={neg_weighting!r}: allowed values are {NEG_WEIGHTINGS}")
+    return s
 
 
 def _full_precision(device: torch.device) -> Any:
@@ -156,7 +147,8 @@ def _attention_nce(
     """``(loss [n], weights when asked)``: per-anchor ``logsumexp([pos, neg]) - pos`` over the
     valid candidates, beta held constant (stop-gradient) as in the published code. Each negative's
     logit is ``offset + sim * scale``: ``(0, beta / tau_neg)`` for ``logit``, ``(log beta, 1 /
-    tau_neg)`` for ``importance``, with offset -inf where the candidate is no negative."""
+    tau_neg)`` for ``importance``, the offset the dtype's lowest number where the candidate is no
+    negative."""
     sim = anchors @ candidates.T
     with torch.no_grad():
         k = valid.sum(dim=1, keepdim=True).to(sim.dtype)

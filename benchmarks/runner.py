@@ -384,7 +384,8 @@ def reference_results(results: Sequence[Result], budget: Budget, out: Path) -> L
     refs = []
     for label, key, ref_seeds in ((UNTRAINED, "random-init", seeds), (PIXELS, "raw-pixels", [0])):
         for seed in ref_seeds:
-            ref = new_result(Run(Row("simclr", comparison="reference"), seed, 0))
+            ref = new_result(Run(Row("simclr", comparison="reference"), seed, 0), cpu=cpu_name())
+            ref.update(provenance())  # the probe's code, as a trained run's
             ref.update(key=f"reference/{key}/seed{seed}", label=label, method="none", settings=[])
             ref["run_dir"] = str(out / "runs" / ref["key"])
             prior = finished.get(ref["key"])

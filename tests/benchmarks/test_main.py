@@ -37,6 +37,11 @@ def test_smoke_end_to_end_then_reuse_then_the_reference(tmp_path: Path, capsys) 
     assert " of 4 | " in regime and " of 30 | " in regime
     for label in ("random init (no pretraining)", "raw pixels"):
         assert f"| {label} | 0 | 0 |" in md
+    for ref in ("random-init", "raw-pixels"):  # the probes' provenance, as a trained run's
+        probed = json.loads(
+            (out / "runs" / "reference" / ref / "seed0" / "result.json").read_text()
+        )
+        assert probed["commit"] and probed["plugin_version"] and probed["cpu"]
 
     stamp = (run / "train.log").stat().st_mtime_ns
     assert main(argv) == 0  # every run and reference row reused
