@@ -3,6 +3,7 @@ MoCo v3 and AttentionNCE's MoCo form, each beside its baseline::
 
     python3 -m benchmarks.step_cost --device cuda > step_cuda.md                      # 16-mixed
     python3 -m benchmarks.step_cost --threads 2 --methods simclr attentionnce    # 32 px, fp32
+    python3 -m benchmarks.step_cost --threads 2 --methods simclr attentionnce --multicrop
 
 A method row: the shipped ``pretrain/custom/`` config with the run table's overrides, built as
 ``main_pretrain.py`` builds it, trained through Lightning on one fixed batch of random crops:
@@ -86,8 +87,11 @@ def fit(model: Any, cfg: Any, batch: List[Any], steps: int, record: Path) -> Tup
 
 def measure(method: str, args: argparse.Namespace, tmp: Path) -> Dict[str, Any]:
     """The method's row: s/step of each fit (median, range), the config's views, peak memory."""
-    config = f"pretrain/custom/{METHODS[method][1]}.yaml"
-    model, cfg = build(config, overrides(args, str(tmp / "data"), method))
+    config, ovr = METHODS[method][1], overrides(args, str(tmp / "data"), method)
+    if args.multicrop and method == "attentionnce":  # its positives at the config's 96 / 224
+        config += "_multicrop"
+        ovr.append(f"++views.positive_crop_size={round(args.size * 96 / 224)}")
+    model, cfg = build(f"pretrain/custom/{config}.yaml", ovr)
     device, gen = torch.device(args.device), torch.Generator().manual_seed(0)
     sizes = [int(p.crop_size) for p in cfg.augmentations for _ in range(int(p.num_crops))]
     crops = [torch.randn(args.batch_size, 3, s, s, generator=gen).to(device) for s in sizes]
@@ -107,6 +111,7 @@ def measure(method: str, args: argparse.Namespace, tmp: Path) -> Dict[str, Any]:
         seconds.append(epoch["train_seconds"] / args.steps)
     peak = epoch["peak_cuda_mib" if device.type == "cuda" else "peak_rss_mib"]  # only grows
     row = {"method": method, "views": len(sizes), "precision": precision, "peak": peak}
+    row["config"] = config
     return {**row, "s": statistics.median(seconds), "range": (min(seconds), max(seconds))}
 
 
@@ -119,13 +124,13 @@ def report(rows: Sequence[Dict], args: argparse.Namespace, argv: Sequence[str]) 
         f"s/step: median of {args.rounds} fits of {args.steps} steps each (range: their min-max) "
         f"after {args.warmup} warm-up steps; peak memory: {peak}"
     )
-    cols = ["method", "views", "precision", "s/step", "range", "images/s", "to simclr"]
+    cols = ["method", "config", "views", "precision", "s/step", "range", "images/s", "to simclr"]
     cols += ["to its base", "peak MiB"]
     by, body = {r["method"]: r for r in rows}, []
     for r in rows:
         base = BASELINE[r["method"]]
         x = {k: f"{r['s'] / by[k]['s']:.2f}x" if k in by else "n/a" for k in ("simclr", base)}
-        cells = [r["method"], r["views"], r["precision"], f"{r['s']:.4f}"]
+        cells = [r["method"], r["config"], r["views"], r["precision"], f"{r['s']:.4f}"]
         cells += ["{:.4f}-{:.4f}".format(*r["range"]), f"{args.batch_size / r['s']:.1f}"]
         body.append(cells + [x["simclr"], f"{x[base]} ({base})", f"{r['peak']:.0f}"])
     command = " ".join(["python3 -m benchmarks.step_cost", *argv])
@@ -146,6 +151,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add("--rounds", type=int, default=5, help="timed fits per method (median)")
     add("--warmup", type=int, default=5, help="untimed steps first")
     add("--methods", nargs="+", choices=list(BASELINE), default=list(BASELINE))
+    add("--multicrop", action="store_true", help="attentionnce: the multicrop config")
     args = p.parse_args(argv)
     if args.steps < 1 or args.rounds < 1 or args.warmup < 0:
         p.error("--steps and --rounds must be >= 1, --warmup >= 0")

@@ -40,7 +40,7 @@ def test_rows_are_the_shipped_configs_with_the_run_tables_switches(method, tmp_p
 @pytest.mark.integration
 def test_a_tiny_cpu_run_prints_a_row_per_method_beside_its_baseline(capsys):
     argv = ["--methods", "simclr", "attentionnce", "--batch-size", "4", "--steps", "2"]
-    argv += ["--warmup", "1"]
+    argv += ["--warmup", "1", "--multicrop"]
     start = time.perf_counter()
     assert step_cost.main([*argv, "--rounds", "2"]) == 0
     wall = time.perf_counter() - start
@@ -48,8 +48,9 @@ def test_a_tiny_cpu_run_prints_a_row_per_method_beside_its_baseline(capsys):
     lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
     head, *rows = ([c.strip() for c in ln.strip("|").split("|")] for ln in lines)
     base, method = (dict(zip(head, row)) for row in rows)
-    assert [method[k] for k in ("method", "views", "precision")] == ["attentionnce", "6", "32-true"]
-    assert [base[k] for k in ("method", "views")] == ["simclr", "2"]
+    got = [method[k] for k in ("method", "config", "views", "precision")]
+    assert got == ["attentionnce", "attentionnce_multicrop", "6", "32-true"]
+    assert [base[k] for k in ("method", "config", "views")] == ["simclr", "attentionnce", "2"]
     assert base["to its base"] == "1.00x (simclr)"
     seconds, low, high = float(method["s/step"]), *map(float, method["range"].split("-"))
     assert 0 < low <= seconds <= high and 2 * 2 * low < wall  # 2 fits of 2 steps inside the run

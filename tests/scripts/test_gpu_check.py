@@ -93,7 +93,7 @@ def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
     for name, precision in (("step_cost_32", "32-true"), ("step_cost_bf16-mixed", "bf16-mixed")):
         rows = _table_rows(out / f"{name}.md")
         assert [r[0] for r in rows] == ["simclr", "attentionnce"]
-        assert {r[2] for r in rows} == {precision}
+        assert {r[3] for r in rows} == {precision}
 
 
 def test_run_without_the_bundle_says_to_prepare(tmp_path):
