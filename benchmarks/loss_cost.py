@@ -72,8 +72,10 @@ def seconds(loss: Loss, anchors: torch.Tensor, positives: torch.Tensor) -> float
     return time.perf_counter() - start
 
 
-def measure(args: argparse.Namespace) -> List[List[str]]:
-    rows = []
+def measure(args: argparse.Namespace) -> List[Dict]:
+    """One sitting: per batch size and loss, the median ms over the rounds, their range, and
+    the ratios to SimCLR's and of the authors' to this one's (None without theirs)."""
+    rows: List[Dict] = []
     gen = torch.Generator().manual_seed(0)
     for b in args.batch_sizes:
         anchors = torch.randn(2 * b, args.dim, generator=gen)
@@ -84,17 +86,22 @@ def measure(args: argparse.Namespace) -> List[List[str]]:
             for name, loss in funcs.items():
                 took = seconds(loss, anchors, positives)
                 if i >= args.warmup:
-                    times[name].append(took)
-        ms = {name: 1000 * statistics.median(t) for name, t in times.items()}
-        ours = ms["AttentionNCE (ours)"]
-        authors = ms.get("AttentionNCE (the authors')")
-        simclr = ms["solo-learn SimCLR (2 views)"]
+                    times[name].append(1000 * took)
+        ms = {name: statistics.median(t) for name, t in times.items()}
+        simclr, authors = ms["solo-learn SimCLR (2 views)"], ms.get("AttentionNCE (the authors')")
         for name, t in ms.items():
-            spread = "{:.1f}-{:.1f}".format(*(1000 * f(times[name]) for f in (min, max)))
-            faster = f"{authors / t:.2f}x" if authors else "not run"
-            rows.append([b, name, f"{t:.1f}", spread, f"{t / simclr:.2f}x", faster])
-        print(f"  [B {b}: ours {ours:.1f} ms, SimCLR {simclr:.1f} ms]", file=sys.stderr)
+            ratios = dict(to_simclr=t / simclr, authors_over=authors / t if authors else None)
+            rows.append(dict(b=b, loss=name, ms=t, low=min(times[name]), high=max(times[name])))
+            rows[-1].update(ratios)
+        print(f"  [B {b}: {', '.join(f'{k} {v:.1f} ms' for k, v in ms.items())}]", file=sys.stderr)
     return rows
+
+
+KEYS = ("to_simclr", "authors_over")
+
+
+def _ratio(value: Optional[float]) -> str:
+    return "not run" if value is None else f"{value:.2f}x"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -111,18 +118,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add("--threads", type=int, default=2)
     add("--rounds", type=int, default=15)
     add("--warmup", type=int, default=3)
+    add("--sittings", type=int, default=1, help="measurements one after the other (median)")
     args = p.parse_args(argv)
     if args.authors and args.num_positives != 4:
         p.error("--authors: the authors' function takes exactly 4 positives")
     torch.set_num_threads(args.threads)
-    rows = measure(args)
+    sittings = [measure(args) for _ in range(args.sittings)]
     head = f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, fp32, d {args.dim}"
     head += f", M {args.num_positives}, tau {args.temperature}, d_pos {args.d_pos}, d_neg "
     head += f"{args.d_neg}; forward + backward, median of {args.rounds} interleaved rounds after "
     head += f"{args.warmup} warm-up rounds (range: their min-max)"
     cols = ["B", "loss", "ms", "range", "to SimCLR", "the authors' time over this"]
-    command = " ".join(["python3 -m benchmarks.loss_cost", *argv])
-    print(f"<!-- {command} -->\n\n{head}\n\n{table(cols, rows)}")
+    out = [f"<!-- {' '.join(['python3 -m benchmarks.loss_cost', *argv])} -->", "", head]
+    for i, rows in enumerate(sittings, 1):
+        body = [
+            [r["b"], r["loss"], f"{r['ms']:.1f}", f"{r['low']:.1f}-{r['high']:.1f}"] for r in rows
+        ]
+        body = [c + [_ratio(r["to_simclr"]), _ratio(r["authors_over"])] for c, r in zip(body, rows)]
+        out += ["", *([f"Sitting {i}:", ""] if len(sittings) > 1 else []), table(cols, body)]
+    if len(sittings) > 1:  # each ratio's median over the sittings
+        median = [
+            [r["b"], r["loss"]]
+            + [_ratio(statistics.median(s[i][k] for s in sittings) if r[k] else None) for k in KEYS]
+            for i, r in enumerate(sittings[0])
+        ]
+        cols = ["B", "loss", "to SimCLR", "the authors' time over this"]
+        out += ["", f"Median over the {len(sittings)} sittings:", "", table(cols, median)]
+    print("\n".join(out))
     return 0
 
 
