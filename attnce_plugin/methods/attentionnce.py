@@ -54,7 +54,7 @@ class AttentionNCE(AttentionNCECommon, SimCLR):
                 # first so that a view with a larger norm does not dominate.
                 views = [torch.stack([F.normalize(v, dim=-1) for v in z]).mean(dim=0)]
             logs = self.logs_attention(batch_idx)
-            out_loss = attentionnce_loss_func(
+            nce_loss = attentionnce_loss_func(
                 torch.cat(views),
                 positives,
                 indexes,
@@ -62,11 +62,11 @@ class AttentionNCE(AttentionNCECommon, SimCLR):
                 labels=self.oracle_labels(labels),
                 return_attention=logs,
             )
-            nce_loss = out_loss[0] if logs else out_loss
             if logs:
+                nce_loss, weights = nce_loss
                 # The candidates are the gathered anchors, view-major like the local ones.
                 labels = labels.repeat(len(views))
-                self.log_attention([out_loss[1]], labels, gather(labels, False))
+                self.log_attention([weights], labels, gather(labels, False))
         else:
             # SimCLR's loss on the anchors, or on every view (the baseline that sees the same views
             # without the attention).

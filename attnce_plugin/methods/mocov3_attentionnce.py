@@ -56,10 +56,9 @@ class MoCoV3AttentionNCE(AttentionNCECommon, MoCoV3):
         ]
         if logs:
             # Both terms' candidates are the gathered keys, in the order of the gathered labels.
-            outs, calls = [o[0] for o in outs], [o[1] for o in outs]
+            outs, calls = zip(*outs)
             self.log_attention(calls, labels.repeat(2), gather(labels, False))
-        loss_0, loss_1 = outs
-        contrastive_loss = loss_0 + loss_1
+        contrastive_loss = outs[0] + outs[1]
         # Same key as solo-learn's MoCo v3: both share dashboards.
         self.log("train_contrastive_loss", contrastive_loss, on_epoch=True, sync_dist=True)
         # In nats per query: the 2 * tau scale divided out, the mean of the two terms.
