@@ -6,15 +6,13 @@ shipped configs' folder. Each answers ``--help``."""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import importlib
 import importlib.util
 import inspect
 import runpy
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from attnce_plugin.configs import config_dir
 from attnce_plugin.install import require_solo, solo_checkout_dir
@@ -55,31 +53,6 @@ def run_solo_script(script: str, argv: Sequence[str]) -> None:
     runpy.run_path(str(path), run_name="__main__")
 
 
-@contextlib.contextmanager
-def _loading_onto_current_device() -> Iterator[None]:
-    """Our methods' ``load_from_checkpoint`` maps the weights onto the current device, where
-    main_knn.py moves every batch (``.cuda()``, main_knn.py:56-57): Lightning would restore them
-    onto the device they were saved from (the CPU, or ``cuda:1``)."""
-    import torch
-
-    from attnce_plugin.methods import METHODS
-
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    saved = {cls: cls.__dict__.get("load_from_checkpoint") for cls in METHODS.values()}
-    for cls in METHODS.values():
-        load = functools.partial(cls.load_from_checkpoint, map_location=device)
-        cls.load_from_checkpoint = load  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        for cls, original in saved.items():
-            if original is None:
-                del cls.load_from_checkpoint
-            else:
-                cls.load_from_checkpoint = original  # type: ignore[method-assign]
-
-
 def knn(argv: Optional[Sequence[str]] = None) -> None:
     """attnce-knn: solo-learn's main_knn.py (needs a CUDA GPU) with the plugin's methods
     registered, so that it reads their checkpoints. Of --k, --temperature, --feature_type and
@@ -88,8 +61,7 @@ def knn(argv: Optional[Sequence[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _solo_parse("knn", argv, knn.__doc__)  # absent options as solo-learn parses them
     argv += [x for k, v in KNN_DEFAULTS.items() if getattr(args, k) is None for x in [f"--{k}", *v]]
-    with _loading_onto_current_device():
-        run_solo_script("main_knn.py", argv)
+    run_solo_script("main_knn.py", argv)
 
 
 #: What solo-learn's main_umap.py imports beyond solo-learn's own requirements (its ``umap`` extra;

@@ -71,6 +71,19 @@ class AttentionNCECommon:
         self.num_positive_crops = int(cfg.data.num_small_crops)
         self.num_small_crops, self.num_crops, self.multicrop = 0, 2, False
 
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **kw: Any) -> Any:
+        """Onto the current device unless ``map_location`` says otherwise: solo-learn's
+        main_knn.py moves every batch there (``.cuda()``, main_knn.py:56-57), and Lightning would
+        restore the weights onto the device they were saved from (a CPU run, ``cuda:1``)."""
+        here = (
+            torch.device("cuda", torch.cuda.current_device())
+            if torch.cuda.is_available()
+            else "cpu"
+        )
+        load = super().load_from_checkpoint  # type: ignore[misc]
+        return load(checkpoint_path, map_location=map_location or here, **kw)
+
     def configure_callbacks(self) -> List[Any]:
         """The diagnostics callback when ``diagnostics.enabled``, and every ``_target_`` under
         ``diagnostics.callbacks`` (e.g. the benchmark's run recorder)."""

@@ -89,24 +89,3 @@ def test_umap_without_its_packages_says_what_to_install(tmp_path, monkeypatch):
     argv = ["--pretrained_checkpoint_dir", str(tmp_path), "--dataset", "custom"]
     with pytest.raises(SystemExit, match=r"pip install pandas.*attnce-plugin\[umap\]"):
         cli.umap(argv + ["--train_data_path", str(tmp_path)])
-
-
-def test_knn_loads_our_checkpoints_onto_the_current_device(tmp_path, monkeypatch):
-    """main_knn.py moves each batch to the current device but loads the model where it was saved
-    (a CPU run, cuda:1): while it runs, our methods load with map_location = the current device
-    (here the CPU), and afterwards as before."""
-    import torch
-
-    from attnce_plugin.methods import METHODS
-
-    before = {name: cls.load_from_checkpoint for name, cls in METHODS.items()}
-    seen = []
-
-    def run(script, argv):
-        for cls in METHODS.values():
-            seen.append(cls.load_from_checkpoint.keywords["map_location"])
-
-    monkeypatch.setattr(cli, "run_solo_script", run)
-    cli.knn(_required(tmp_path))
-    assert seen == [torch.device("cpu")] * len(METHODS)
-    assert {name: cls.load_from_checkpoint for name, cls in METHODS.items()} == before

@@ -263,6 +263,34 @@ def test_every_process_logs_the_same_attention_keys(tmp_path, monkeypatch):
     assert key in logged[0] and logged[0][key] == logged[1][key]
 
 
+def test_checkpoints_load_onto_the_current_device(pretrain_cfg, tmp_path, monkeypatch):
+    """main_knn.py (attnce-knn) moves each batch to the current device and loads the model with no
+    map_location: ours then load there (the CPU here), not where they were saved; a map_location
+    given is kept. The weights come back as saved."""
+    import lightning.pytorch.core.module as module
+
+    cfg = pretrain_cfg("attentionnce.yaml")
+    model, path = AttentionNCE(cfg), tmp_path / "saved.ckpt"
+    pl.Trainer(logger=False, accelerator="cpu").strategy.connect(model)
+    torch.save(
+        {"state_dict": model.state_dict(), "pytorch-lightning_version": pl.__version__}, path
+    )
+    seen, load = [], module._load_from_checkpoint
+
+    def spy(cls, checkpoint, map_location=None, *args, **kw):  # Lightning's own loader, watched
+        seen.append(map_location)
+        return load(cls, checkpoint, map_location, *args, **kw)
+
+    monkeypatch.setattr(module, "_load_from_checkpoint", spy)
+    fresh = lambda: pretrain_cfg("attentionnce.yaml")  # noqa: E731 (as args.json gives it)
+    loaded = AttentionNCE.load_from_checkpoint(path, strict=False, cfg=fresh())
+    keep = lambda storage, location: storage  # noqa: E731 (torch.load's form of "as saved")
+    AttentionNCE.load_from_checkpoint(path, map_location=keep, strict=False, cfg=fresh())
+    assert seen == ["cpu", keep]
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+
+
 def test_wrong_crop_count_is_named(pretrain_cfg):
     model = AttentionNCE(pretrain_cfg("attentionnce.yaml"))
     with pytest.raises(ValueError, match="5 crops.*2 anchors.*4 positives"):
