@@ -1,17 +1,10 @@
 """AttentionNCE losses, pure functions in the style of solo-learn's ``*_loss_func``; torch only.
 
 Both forms share one head (:func:`_attention_nce`): the positive logit is the anchor's similarity
-to the attention-weighted prototype of its positives, ``alpha = softmax_m(stop_grad(s_m) / d_pos)``,
-and each valid negative is weighted by ``beta_j = (softmax_j(stop_grad(n_j) / d_neg) + 1e-6) * K``
-(mean about 1). ``neg_weighting`` says where beta goes: ``logit`` (the paper's) scales the logit,
-``beta_j n_j / tau_neg``; ``importance`` (our option) weights the exp term, ``n_j / tau_neg + log
-beta_j``, which is HCL's importance weighting (Robinson et al., 2021) with concentration
-``tau_neg / d_neg``. ``tau_neg`` (our option, ``neg_temperature``) is tau unless given: below tau
-it pushes the negatives harder than the positive is pulled, by ``tau / tau_neg`` with the attention
-off. ``labels`` drop every same-class candidate from the negatives: an oracle for experiments, which
-makes the loss supervised. ``logit`` logits reach ``K / tau`` (8e5 at K = 8190, tau = 0.01), which
-overflows ``exp`` in fp32 and fp16, so the loss is a max-shifted log-sum-exp and never exponentiates
-a logit; it computes in fp32 inside fp16/bf16 autocast, and in fp64 for fp64 inputs.
+to the prototype of its positives weighted by ``alpha = softmax_m(stop_grad(s_m) / d_pos)``; each
+negative is weighted by ``beta_j = (softmax_j(stop_grad(n_j) / d_neg) + 1e-6) * K``, inside its
+logit (``logit``, the paper's) or on its exp term (``importance``, ours: HCL's weighting). The
+math, the options and the numerics: docs/design.md.
 """
 
 from __future__ import annotations
@@ -192,12 +185,12 @@ def _weights(
     return AttentionWeights(alpha, beta, valid, push, 1.0 - q[:, 0])
 
 
-def _labels_differ(labels: Optional[torch.Tensor], views: int) -> Optional[torch.Tensor]:
-    """[n, N]: True where anchor and candidate have different classes; None without labels."""
+def _other_class(valid: torch.Tensor, labels: Optional[torch.Tensor], views: int) -> torch.Tensor:
+    """``valid``, less the candidates of the anchor's own class when ``labels`` are given."""
     if labels is None:
-        return None
+        return valid
     local = labels.repeat(views)
-    return local.unsqueeze(1) != gather(local, False).unsqueeze(0)
+    return valid & (local.unsqueeze(1) != gather(local, False).unsqueeze(0))
 
 
 def attentionnce_loss_func(
@@ -224,13 +217,10 @@ def attentionnce_loss_func(
         anchors: [V*b, d] anchor projections, view-major (view 0 of every image, then view 1...).
         positives: [b, M, d] projections of each image's M positive views.
         indexes: [b] dataset index of each local image.
-        temperature, d_pos, d_neg: tau and the attention scales, each > 0 (a larger d_pos weighs
-            the harder positives more, a smaller d_neg the harder negatives).
-        neg_weighting: ``logit`` (the paper's: beta scales the negative's logit) or
-            ``importance`` (beta weights its exp term: ``log beta`` added to the logit).
-        neg_temperature: tau_neg of the negatives' logits (our option), > 0; None: ``temperature``.
-        labels: [b] class labels, or None: given, no anchor has a negative of its own class (an
-            oracle that makes the loss supervised; every label must be known).
+        temperature, d_pos, d_neg: tau and the attention scales, each > 0.
+        neg_weighting: ``logit`` (beta scales the negative's logit) or ``importance``.
+        neg_temperature: tau_neg of the negatives' logits (our option); None: ``temperature``.
+        labels: [b] class labels (an oracle, supervised): no negative of the anchor's class.
         return_attention: also return the call's :class:`AttentionWeights` (alpha [V*b, M]).
 
     Returns:
@@ -254,8 +244,7 @@ def attentionnce_loss_func(
         )
         local_idx = indexes.repeat(views)
         valid = local_idx.unsqueeze(1) != gather(local_idx, False).unsqueeze(0)
-        differ = _labels_differ(labels, views)
-        valid = valid if differ is None else valid & differ
+        valid = _other_class(valid, labels, views)
         loss, weights = _attention_nce(
             a, gather(a, True), pos_logit, alpha, valid, s, return_attention
         )
@@ -320,8 +309,7 @@ def attentionnce_mocov3_loss_func(
         valid = torch.ones(b, world * b, dtype=torch.bool, device=q.device)
         # The query's own key; a view, not index tensors, which would live on the host.
         valid[:, rank * b : (rank + 1) * b].fill_diagonal_(False)
-        differ = _labels_differ(labels, 1)
-        valid = valid if differ is None else valid & differ
+        valid = _other_class(valid, labels, 1)
         loss, weights = _attention_nce(
             q, gather(keys[:, 0], False), pos_logit, alpha, valid, s, return_attention
         )
