@@ -184,7 +184,7 @@ def read_settings(cfg: DictConfig, schema: Any, base_loss: str) -> DictConfig:
     # and DALI decodes onto the local rank's GPU (766): the first batch mixes cuda:k and cuda:0
     # unless the devices are 0..n-1.
     devices = OmegaConf.select(cfg, "devices")
-    listed = list(devices) if OmegaConf.is_list(devices) or isinstance(devices, list) else None
+    listed = list(devices) if OmegaConf.is_list(devices) else None
     if dali and encoded and listed is not None and listed != list(range(len(listed))):
         shown = ",".join(map(str, listed))
         raise MethodConfigError(
