@@ -265,8 +265,8 @@ def test_every_process_logs_the_same_attention_keys(tmp_path, monkeypatch):
 
 def test_checkpoints_load_onto_the_current_device(pretrain_cfg, tmp_path, monkeypatch):
     """main_knn.py (attnce-knn) moves each batch to the current device and loads the model with no
-    map_location: ours then load there (the CPU here), not where they were saved; a map_location
-    given is kept. The weights come back as saved."""
+    map_location: ours then load there (the current GPU, else the CPU), not where they were
+    saved; a map_location given is kept. The weights come back as saved."""
     import lightning.pytorch.core.module as module
 
     cfg = pretrain_cfg("attentionnce.yaml")
@@ -286,9 +286,10 @@ def test_checkpoints_load_onto_the_current_device(pretrain_cfg, tmp_path, monkey
     loaded = AttentionNCE.load_from_checkpoint(path, strict=False, cfg=fresh())
     keep = lambda storage, location: storage  # noqa: E731 (torch.load's form of "as saved")
     AttentionNCE.load_from_checkpoint(path, map_location=keep, strict=False, cfg=fresh())
-    assert seen == ["cpu", keep]
+    cuda = torch.cuda.is_available()
+    assert seen == [torch.device("cuda", torch.cuda.current_device()) if cuda else "cpu", keep]
     for key, value in model.state_dict().items():
-        assert torch.equal(loaded.state_dict()[key], value), key
+        assert torch.equal(loaded.state_dict()[key].cpu(), value), key
 
 
 def test_wrong_crop_count_is_named(pretrain_cfg):
