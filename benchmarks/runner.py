@@ -106,7 +106,7 @@ class Prepared:
     resolved: DictConfig
     folders: Dict[str, Path]
 
-    def write(self) -> None:
+    def texts(self) -> Dict[str, str]:
         """``config.yaml`` (the shipped config's name and the overrides in its header) and
         ``command.sh``, each folder of this machine written as ``<name>``: a record reads the same
         wherever it trained. The run itself gets the real paths."""
@@ -116,11 +116,21 @@ class Prepared:
         script += f"$PYTHONPATH}} python3 {shlex.join(self.command[1:])}"
         texts = {"config.yaml": "\n".join(head) + "\n" + OmegaConf.to_yaml(self.resolved)}
         texts["command.sh"] = f"#!/bin/sh\n# Re-run this benchmark run by hand:\n{script}\n"
+        for name, path in sorted(self.folders.items(), key=lambda f: -len(str(f[1]))):
+            pattern = re.escape(str(path)) + "(?=[/\\s'\"$:]|$)"
+            texts = {file: re.sub(pattern, f"<{name}>", text) for file, text in texts.items()}
+        return texts
+
+    def write(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        for file, text in texts.items():
-            for name, path in sorted(self.folders.items(), key=lambda f: -len(str(f[1]))):
-                text = re.sub(re.escape(str(path)) + "(?=[/\\s'\"$:]|$)", f"<{name}>", text)
+        for file, text in self.texts().items():
             (self.run_dir / file).write_text(text)
+
+    def written(self) -> bool:
+        """Whether the folder's config.yaml is this run's: a checkpoint of another config (other
+        epochs, settings, code defaults) is no point to resume from."""
+        path = self.run_dir / "config.yaml"
+        return path.is_file() and path.read_text() == self.texts()["config.yaml"]
 
 
 def prepare(run: Run, budget: Budget, out: Path) -> Prepared:
@@ -198,7 +208,8 @@ def launch(prep: Prepared, budget: Budget) -> Result:
 
     record, log = prep.run_dir / "record.jsonl", prep.run_dir / "train.log"
     result = new_result(prep.run, run_dir=str(prep.run_dir), cpu=cpu_name(), **provenance())
-    resume, command, before = last_checkpoint(prep.run_dir), list(prep.command), 0.0
+    resume = last_checkpoint(prep.run_dir) if prep.written() else None
+    command, before = list(prep.command), 0.0
     if resume is None:
         shutil.rmtree(prep.run_dir, ignore_errors=True)  # an unfinished run's files are stale
         prep.write()

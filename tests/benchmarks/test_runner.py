@@ -165,3 +165,22 @@ def test_a_half_written_or_missing_result_reads_as_incomplete_and_the_report_say
         assert results[key]["status"] == "incomplete" and results[key]["seed"] == int(key[-1])
     md = report.bench_markdown(list(results.values()), [])
     assert "- INCOMPLETE: equal-epoch/MoCo-v3/seed2: no result" in md
+
+
+def test_resume_only_from_a_loadable_checkpoint_of_the_same_config(tmp_path):
+    """The newest checkpoint that loads (a torn newer one skipped), and only for the config the
+    folder's config.yaml holds: another epoch budget trains from the start."""
+    import dataclasses
+
+    import torch
+
+    run = Run(Row("attentionnce", 4), 0, 2)
+    prep = runner.prepare(run, _budget(tmp_path), tmp_path)
+    prep.write()
+    other = runner.prepare(dataclasses.replace(run, epochs=3), _budget(tmp_path), tmp_path)
+    assert other.run_dir == prep.run_dir and prep.written() and not other.written()
+    ckpts = prep.run_dir / "ckpt" / "attentionnce" / "v1"
+    ckpts.mkdir(parents=True)
+    torch.save({"epoch": 0}, ckpts / "name-v1-ep=0.ckpt")
+    (ckpts / "name-v1-ep=1.ckpt").write_bytes(b"PK\x03\x04 torn")
+    assert runner.last_checkpoint(prep.run_dir) == (ckpts / "name-v1-ep=0.ckpt", 1)
