@@ -7,7 +7,7 @@ setup:
 	bash scripts/setup_env.sh
 
 # The main job: a demo of SimCLR, MoCo v3 and both AttentionNCE forms on Fashion-MNIST, below the
-# learning regime (5m02s by `/usr/bin/time make bench` on a quiet 2-core machine from a fresh clone,
+# learning regime (4m22s by `time make bench` on a quiet 2-core machine from a fresh clone,
 # data conversion included), then the reference tables.
 bench: setup
 	$(PYTHON) -m benchmarks
