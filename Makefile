@@ -8,7 +8,7 @@ setup:
 
 # The main job: a demo of SimCLR, MoCo v3 and both AttentionNCE forms on Fashion-MNIST, below the
 # learning regime (4m22s by `time make bench` on a quiet 2-core machine from a fresh clone,
-# data conversion included), then the reference tables.
+# data conversion included), then the reference's verdicts.
 bench: setup
 	$(PYTHON) -m benchmarks
 
