@@ -89,3 +89,10 @@ def test_the_multi_node_example_gives_each_node_its_own_rank():
     usage = (config_dir().parents[1] / "docs" / "usage.md").read_text()
     assert "++num_nodes=2" in usage and "NODE_RANK=$THIS_NODE" in usage
     assert "NODE_RANK=0 " not in usage
+
+
+def test_the_effective_rank_says_it_depends_on_the_gpu_count():
+    """Each process ranks its own at most 2,048 validation images: docs/design.md says so."""
+    design = (config_dir().parents[1] / "docs" / "design.md").read_text()
+    row = next(line for line in design.splitlines() if line.startswith("| `val_repr_{feats,z}_eff"))
+    assert "2,048" in row and "GPU count" in row and "same number of GPUs" in row
