@@ -1,15 +1,18 @@
-"""The benchmark's embedded dataset: Fashion-MNIST from Debian's ``dataset-fashion-mnist`` (no
-network), converted once into 32 px RGB image folders that solo-learn reads as ``custom`` data:
-``<cache>/<setting>/{train,val}/<class>/<n>.png``; train is a class-stratified subset of the 60,000
-training images, val one of the 10,000 test images (no val image is seen in pretraining)."""
+"""The benchmark's data sets. The embedded default, Fashion-MNIST from Debian's
+``dataset-fashion-mnist`` (no network), is converted once into 32 px RGB image folders that
+solo-learn reads as ``custom`` data: ``<cache>/<setting>/{train,val}/<class>/<n>.png``; train is a
+class-stratified subset of the 60,000 training images, val one of the 10,000 test images (no val
+image is seen in pretraining). The others are read where ``--data-dir`` has them, in the layouts
+torchvision and solo-learn read (:data:`DATASETS`); nothing is downloaded."""
 
 from __future__ import annotations
 
 import gzip
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -83,3 +86,75 @@ def prepare_fashion_mnist(
             pil.convert("RGB").save(tmp / folder / CLASS_NAMES[int(label)] / f"{i:05d}.png")
     tmp.rename(target)
     return target
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A ``--data`` choice: the folder of our configs (``pretrain/<family>/``) and of solo-learn's
+    (``scripts/pretrain/<solo_family>/``, None where it ships none), solo-learn's ``data.dataset``,
+    the files ``--data-dir`` must hold, and whether train and val are folders under it (else
+    torchvision's root of both splits)."""
+
+    family: str
+    solo_family: Optional[str]
+    solo_name: str
+    expected: Tuple[str, ...]
+    folders: bool = False
+
+    def paths(self, root: Path) -> Tuple[Path, Path]:
+        """(``data.train_path``, ``data.val_path``) under ``root``."""
+        return (root / "train", root / "val") if self.folders else (root, root)
+
+    def check(self, root: Path, name: str) -> None:
+        """FileNotFoundError naming every expected file or folder that ``root`` lacks."""
+        missing = [f for f in self.expected if not (root / f).exists()]
+        if missing:
+            raise FileNotFoundError(
+                f"--data {name}: {root} lacks {', '.join(missing)} (the layout torchvision and "
+                "solo-learn read; nothing is downloaded)"
+            )
+
+    def splits(self, root: Path, transform: Any) -> Tuple[Any, Any]:
+        """The labelled train and validation/test splits, as torch datasets of (image, label)."""
+        from torchvision import datasets
+
+        if self.folders:
+            return tuple(datasets.ImageFolder(str(p), transform) for p in self.paths(root))
+        if self.solo_name == "stl10":
+            return tuple(
+                datasets.STL10(str(root), s, transform=transform) for s in ("train", "test")
+            )
+        cls = getattr(datasets, self.solo_name.upper())  # CIFAR10, CIFAR100
+        return tuple(cls(str(root), train=t, transform=transform) for t in (True, False))
+
+
+CIFAR10 = [f"cifar-10-batches-py/{f}" for f in ["batches.meta", "test_batch"]]
+CIFAR10 += [f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)]
+STL10 = [f"stl10_binary/{s}_{x}.bin" for s in ("train", "test") for x in "Xy"]
+DATASETS = {
+    # The CIFAR family's configs, as custom data: ResNet's ImageNet stem (its CIFAR stem is ~6x
+    # slower on a CPU).
+    "fashion-mnist": Dataset("cifar", "cifar", "custom", (), folders=True),
+    "cifar10": Dataset("cifar", "cifar", "cifar10", tuple(CIFAR10)),
+    "cifar100": Dataset(
+        "cifar",
+        "cifar",
+        "cifar100",
+        tuple(f"cifar-100-python/{f}" for f in ("meta", "train", "test")),
+    ),
+    "stl10": Dataset("stl10", None, "stl10", (*STL10, "stl10_binary/unlabeled_X.bin")),
+    "imagenet100": Dataset("imagenet-100", "imagenet-100", "imagenet100", ("train", "val"), True),
+    # solo-learn's custom/ holds BYOL alone; its ImageNet-100 configs are the same recipes.
+    "folder": Dataset("custom", "imagenet-100", "custom", ("train", "val"), True),
+}
+
+
+def subset(split: Any, n: Optional[int], seed: int = 0) -> Any:
+    """A class-stratified subset of ``n`` items of a labelled split (the split itself for None)."""
+    from torch.utils.data import Subset
+
+    if n is None or n >= len(split):
+        return split
+    labels = getattr(split, "targets", None)
+    labels = getattr(split, "labels", None) if labels is None else labels
+    return Subset(split, stratified_subset(np.asarray(labels), n, seed).tolist())

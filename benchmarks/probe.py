@@ -34,14 +34,15 @@ def backbone(args_path: Path, ckpt: Optional[Path] = None, seed: int = 0) -> nn.
 
 
 @torch.no_grad()
-def extract_features(backbone: nn.Module, folder: Path, transform: Any) -> Tuple[Tensor, Tensor]:
-    """float32 features [N, D] and labels [N] of an image folder."""
+def extract_features(backbone: nn.Module, images: Any) -> Tuple[Tensor, Tensor]:
+    """float32 features [N, D] and labels [N] of a labelled split, on the CPU (computed on the
+    backbone's device)."""
     from torch.utils.data import DataLoader
-    from torchvision import datasets
 
-    loader = DataLoader(datasets.ImageFolder(str(folder), transform), batch_size=256)
-    feats, labels = zip(*((backbone(x).float().flatten(1), y) for x, y in loader))
-    return torch.cat(feats), torch.cat(labels)
+    device = next(backbone.parameters(), torch.empty(0)).device
+    batches = DataLoader(images, batch_size=256)
+    feats = [(backbone(x.to(device)).float().flatten(1).cpu(), y) for x, y in batches]
+    return torch.cat([f for f, _ in feats]), torch.cat([y for _, y in feats])
 
 
 def fit_logistic(x: Tensor, y: Tensor, classes: int, l2: float) -> nn.Linear:
@@ -108,11 +109,12 @@ def knn_accuracy(train_x: Tensor, train_y: Tensor, val_x: Tensor, val_y: Tensor)
     return float(knn.compute()[0])
 
 
-def probe_backbone(backbone: nn.Module, data: Path, transform: Any) -> Dict[str, float]:
-    """The offline columns of a result: linear probe and kNN of frozen features of the images in
-    ``data/train`` and ``data/val``."""
-    tr_x, tr_y = extract_features(backbone.cpu(), data / "train", transform)
-    va_x, va_y = extract_features(backbone, data / "val", transform)
+def probe_backbone(backbone: nn.Module, train: Any, val: Any) -> Dict[str, float]:
+    """The offline columns of a result: linear probe and kNN of frozen features of the labelled
+    splits ``train`` and ``val`` (on the GPU where there is one)."""
+    backbone = backbone.to("cuda" if torch.cuda.is_available() else "cpu")
+    tr_x, tr_y = extract_features(backbone, train)
+    va_x, va_y = extract_features(backbone, val)
     acc, l2 = linear_probe(tr_x, tr_y, va_x, va_y)
     knn = knn_accuracy(tr_x, tr_y, va_x, va_y)
     return {"offline_acc1": acc, "offline_knn_acc1": knn, "offline_l2": l2}

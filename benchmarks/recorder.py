@@ -1,7 +1,7 @@
 """``RunRecorder``: the benchmark's run record, one JSON line per epoch, the same on every machine
-(Lightning's loggers are not). The runner attaches it through the plugin's
-``diagnostics.callbacks`` (each entry built by ``hydra.utils.instantiate``). Written on global
-rank 0, appended to::
+(Lightning's loggers are not), for our methods and solo-learn's alike: the benchmark's Hydra
+callback (benchmarks/hooks.py) attaches it to the trainer. Written on global rank 0, appended
+to::
 
     {"event": "epoch", "epoch" (1-based), "train_seconds", "elapsed_seconds", "peak_rss_mib",
      "peak_cuda_mib", <every scalar of trainer.callback_metrics>}

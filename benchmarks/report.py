@@ -25,6 +25,7 @@ from benchmarks.runs import (
     Result,
     Row,
     controls,
+    label_of,
     row_of,
 )
 
@@ -158,7 +159,7 @@ def aggregate(results: Iterable[Result]) -> List[Line]:
     seeds of every number and of the attention's activity, the max peak memory."""
     groups: Dict[Tuple[str, str], List[Result]] = {}
     for r in results:
-        groups.setdefault((r["comparison"], r["label"]), []).append(r)
+        groups.setdefault((r["comparison"], label_of(r)), []).append(r)
     lines = []
     for (comparison, label), runs in groups.items():
         ok = [r for r in runs if r["status"] == "ok"]

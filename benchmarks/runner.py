@@ -10,6 +10,8 @@ its last epoch, and the same command resumes it from there through solo-learn's
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
+import importlib.util
 import json
 import os
 import re
@@ -23,69 +25,138 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from hydra import compose as hydra_compose
-from hydra import initialize_config_module
+from hydra import initialize_config_dir, initialize_config_module
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from benchmarks.data import DATASETS, Dataset, subset
 from benchmarks.recorder import read_records
-from benchmarks.runs import METHODS, PIXELS, UNTRAINED, Preset, Result, Row, Run, matched_epochs
+from benchmarks.runs import (
+    PIXELS,
+    UNTRAINED,
+    Preset,
+    Result,
+    Row,
+    Run,
+    identity,
+    matched_epochs,
+    method_of,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: The embedded data's size: the views' and (benchmarks/hooks.py) the validation images'.
+#: The embedded data's size: its views' and (benchmarks/hooks.py) its validation images'.
 CROP = 32
 PROGRESS_S = 10.0  # between looks at a training run's record
+OURS = "pkg://attnce_plugin.configs"  # our configs' Hydra search path
+#: A solo-learn config's method (its file names differ: barlow.yaml is barlow_twins).
+METHOD_LINE = re.compile(r"^method: \"?(\w+)", re.M)
 
 
 @dataclass
 class Budget:
-    """What every run shares beyond its row: the data (``<data cache>/<subset>/{train,val}``), the
-    settings (batch size, crop scale, ``--set`` values), the raw overrides after ``--``."""
+    """What every run shares beyond its row: the data set (``root``: ``--data-dir``, or the
+    converted Fashion-MNIST), the settings (preset and options), the offline probe or none."""
 
-    data: Path
+    data: str
+    root: Path
     note: str
     settings: Preset
-    overrides: Sequence[str] = ()
     probe: bool = True  # the offline probe of each run's last checkpoint
 
+    @property
+    def spec(self) -> Dataset:
+        return DATASETS[self.data]
 
-def parse_set(text: str) -> Tuple[str, str]:
-    """(key, value) of ``--set KEY=VALUE`` (one method's: ``--methods`` runs it alone)."""
+    def splits(self, transform: Any) -> Tuple[Any, Any]:
+        """The probes' train and validation images: class-stratified subsets of ``num_train`` and
+        ``num_val`` (all where None)."""
+        train, val = self.spec.splits(self.root, transform)
+        return subset(train, self.settings.num_train), subset(val, self.settings.num_val)
+
+
+def parse_set(text: str) -> str:
+    """The Hydra override of ``--set KEY=VALUE`` (``++KEY=VALUE``), or of a raw one after ``--``
+    (``+KEY=VALUE``, ``~KEY``, ``group=option``: as given)."""
+    if text.startswith(("+", "~")):
+        return text
     key, eq, value = text.partition("=")
-    if not eq or not key.strip().lstrip("+"):
+    if not eq or not key.strip():
         raise ValueError(f"--set {text!r}: expected KEY=VALUE")
-    return key.strip().lstrip("+"), value.strip()
+    return f"++{key.strip()}={value.strip()}"
+
+
+def device_overrides(data: Dataset) -> List[str]:
+    """One CPU process (devices "1": solo-learn takes its len) without loader workers (on 2 cores they cost more than they save); or
+    every visible GPU (DDP where several), bf16, the config's data format where DALI is installed
+    (else image folders)."""
+    import torch
+
+    n, dali = torch.cuda.device_count(), importlib.util.find_spec("nvidia.dali") is not None
+    folders = [] if n and dali else ["++data.format=image_folder"]
+    if not n:
+        out = ["++accelerator=cpu", "++devices='1'", "++strategy=auto", "++precision=32"]
+        out += ["++sync_batchnorm=False", "++num_sanity_val_steps=0", "++data.num_workers=0"]
+        return out + folders
+    out = ["++accelerator=gpu", f"++devices={list(range(n))}", "++precision=bf16-mixed"]
+    return out + [f"++strategy={'ddp' if n > 1 else 'auto'}", f"++sync_batchnorm={n > 1}", *folders]
 
 
 def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
-    """Every override of a run, later ones winning: the method's, the budget's (no loader workers:
-    on 2 cores they cost more than they save), the row's, the ``--set`` values, the raw ones."""
-    method, scale = run.row.method, budget.settings.crop_min_scale
-    out = list(METHODS[method][2]) + ["++data.dataset=custom"]
-    out += [f"++data.train_path={budget.data / 'train'}", f"++data.val_path={budget.data / 'val'}"]
-    out += ["++data.num_workers=0", f"++views.crop_size={CROP}"]
-    if scale is not None:  # solo reads one crop_min_scale per pipeline; the MoCo form has three
-        pipelines = 3 if METHODS[method][1].startswith("mocov3") else 1
-        out += [f"++augmentations.{i}.rrc.crop_min_scale={scale}" for i in range(pipelines)]
-        out += [f"++views.positive_min_scale={scale}"] if pipelines == 1 else []
-    record = "++diagnostics.callbacks.record"
-    out += ["trainer=cpu", f"++name={method}-fashion_mnist-seed{run.seed}", f"++seed={run.seed}"]
-    out += [f"++max_epochs={run.epochs}", f"++optimizer.batch_size={budget.settings.batch_size}"]
-    out += ["++scheduler.warmup_epochs=1"]  # solo's 10 is longer than a CPU budget's whole run
+    """Every override of a run, later ones winning: the method's, the data's, the device's, our
+    recipe (our methods only), the budget's, the ``--set`` and raw ones, the row's."""
+    spec, data, chosen = method_of(run.row.method), budget.spec, budget.settings
+    train, val = data.paths(budget.root)
+    out = [*spec.overrides, f"++data.dataset={data.solo_name}"]
+    out += [f"++data.train_path={train}", f"++data.val_path={val}", *device_overrides(data)]
+    if not spec.solo:
+        scale = chosen.crop_min_scale
+        pipelines = 3 if spec.config.startswith("mocov3") else 1  # solo reads one per pipeline
+        out += [f"++views.crop_size={CROP}"] * (budget.data == "fashion-mnist")
+        if scale is not None:
+            out += [f"++augmentations.{i}.rrc.crop_min_scale={scale}" for i in range(pipelines)]
+            out += [f"++views.positive_min_scale={scale}"] if pipelines == 1 else []
+        out += [parse_set(x) for x in chosen.recipe]
+    out += [f"++name={run.row.method}-{budget.data}-seed{run.seed}", f"++seed={run.seed}"]
+    out += [f"++max_epochs={run.epochs}", f"++optimizer.batch_size={chosen.batch_size}"]
+    warmup = chosen.warmup_epochs
+    out += [f"++scheduler.warmup_epochs={warmup}"] if warmup is not None else []
     out += ["++knn_eval.enabled=True", "++knn_eval.k=20", f"++checkpoint.dir={run_dir / 'ckpt'}"]
-    out += ["++checkpoint.keep_prev=False", "++auto_resume.enabled=False"]
-    out += ["++enable_progress_bar=False", f"{record}._target_=benchmarks.recorder.RunRecorder"]
-    out += [f"{record}.path={run_dir / 'record.jsonl'}", *run.row.overrides]
-    own = {f"method_kwargs.{k}" for k, _ in run.row.kwargs}  # a row's settings win over --set
-    out += [f"++{k}={v}" for k, v in map(parse_set, budget.settings.sets) if k not in own]
-    return out + list(budget.overrides)
+    out += ["++checkpoint.keep_prev=False", "++auto_resume.enabled=False", "++wandb.enabled=False"]
+    out += ["++enable_progress_bar=False", *map(parse_set, chosen.sets)]
+    return out + list(run.row.overrides)
 
 
-def compose(config: str, overrides: Sequence[str]) -> DictConfig:
-    """The shipped config with overrides, resolved, as main_pretrain.py gets it; Hydra's errors
-    as ValueError."""
+def config_of(run: Run, budget: Budget) -> Tuple[str, str]:
+    """(config path for main_pretrain.py's ``--config-path``, config name) of a run's method on
+    the budget's data; ValueError names what exists where none is shipped."""
+    from attnce_plugin.install import solo_checkout_dir
+
+    spec, data = method_of(run.row.method), budget.spec
+    if not spec.solo:
+        name = f"pretrain/{data.family}/{spec.config}{budget.settings.variant}.yaml"
+        if not importlib.resources.files("attnce_plugin.configs").joinpath(name).is_file():
+            raise ValueError(f"--methods {run.row.method}: no {name} ships in attnce_plugin")
+        return OURS, name
+    folder = solo_checkout_dir() / "scripts" / "pretrain" / str(data.solo_family)
+    configs = {m[1]: p for p in folder.glob("*.y*ml") for m in METHOD_LINE.finditer(p.read_text())}
+    if data.solo_family is None or spec.config not in configs:
+        raise ValueError(
+            f"--methods {run.row.method}: solo-learn ships no config of {spec.config} for --data "
+            f"{budget.data} (its methods there: {sorted(configs) or 'none'})"
+        )
+    return str(folder), configs[spec.config].name
+
+
+def compose(config: str, overrides: Sequence[str], path: str = OURS) -> DictConfig:
+    """The config with overrides, resolved, as main_pretrain.py gets it; Hydra's errors as
+    ValueError."""
     try:
-        with initialize_config_module("attnce_plugin.configs", version_base="1.2"):
+        if path.startswith("pkg://"):
+            init: Any = initialize_config_module(path[len("pkg://") :], version_base="1.2")
+        else:
+            init = initialize_config_dir(path, version_base="1.2")
+        with init:
             cfg = hydra_compose(config, overrides=list(overrides))
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as err:
@@ -100,6 +171,7 @@ class Prepared:
 
     run: Run
     run_dir: Path
+    source: str
     config: str
     overrides: List[str]
     command: List[str]
@@ -110,7 +182,7 @@ class Prepared:
         """``config.yaml`` (the shipped config's name and the overrides in its header) and
         ``command.sh``, each folder of this machine written as ``<name>``: a record reads the same
         wherever it trained. The run itself gets the real paths."""
-        head = [f"# {self.config} from attnce_plugin.configs, with these overrides:"]
+        head = [f"# {self.config} from {self.source}, with these overrides:"]
         head += [f"#   {o}" for o in self.overrides]
         script = f"cd {shlex.quote(str(self.run_dir))} && PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:"
         script += f"$PYTHONPATH}} python3 {shlex.join(self.command[1:])}"
@@ -134,21 +206,20 @@ class Prepared:
 
 
 def prepare(run: Run, budget: Budget, out: Path) -> Prepared:
-    """Compose a run's config and command (ValueError names a bad override). The CIFAR family's
-    config: run as ``custom`` data, solo-learn gives it ResNet's ImageNet stem (its CIFAR stem is
-    ~6x slower on a CPU)."""
+    """Compose a run's config and command (ValueError names a bad override)."""
     from attnce_plugin.install import solo_checkout_dir
 
     run_dir = out / "runs" / run.key
-    config = f"pretrain/cifar/{METHODS[run.row.method][1]}.yaml"
+    path, config = config_of(run, budget)
     ovr = overrides(run, budget, run_dir)
     solo = solo_checkout_dir()
-    command = [sys.executable, str(solo / "main_pretrain.py"), "--config-path"]
-    command += ["pkg://attnce_plugin.configs", "--config-name", config, *ovr]
-    hook = "+hydra.callbacks.bench"  # else solo validates custom data at 224 px
-    command += [f"{hook}._target_=benchmarks.hooks.ValidateAtTrainSize", f"{hook}.size={CROP}"]
-    folders = {"out": out, "repo": REPO_ROOT, "solo-learn": solo, "data-cache": budget.data.parent}
-    return Prepared(run, run_dir, config, ovr, command, compose(config, ovr), folders)
+    command = [sys.executable, str(solo / "main_pretrain.py"), "--config-path", path]
+    hook = "+hydra.callbacks.bench"  # the record; the embedded data validated at its size
+    command += ["--config-name", config, *ovr, f"{hook}._target_=benchmarks.hooks.Bench"]
+    command += [f"{hook}.record={run_dir / 'record.jsonl'}"]
+    command += [f"{hook}.size={CROP}"] * (budget.data == "fashion-mnist")
+    folders = {"out": out, "repo": REPO_ROOT, "solo-learn": solo, "data": budget.root}
+    return Prepared(run, run_dir, path, config, ovr, command, compose(config, ovr, path), folders)
 
 
 def cpu_name() -> str:
@@ -307,7 +378,7 @@ def read_results(out: Path, runs: Sequence[Run] = ()) -> List[Result]:
     """Every record in ``out/runs`` ("ok" or not): ``runs``' in their order, then by folder. A
     run folder with a record but no readable ``result.json`` (a run killed before it finished,
     under an older runner) is an "incomplete" result, its key its folder."""
-    order = {r.key: i for i, r in enumerate(runs)}
+    order = {(r.row, r.seed): i for i, r in enumerate(runs)}
     runs_dir = out / "runs"
     folders = {
         p.parent for name in ("record.jsonl", "result.json") for p in runs_dir.glob(f"**/{name}")
@@ -319,7 +390,7 @@ def read_results(out: Path, runs: Sequence[Run] = ()) -> List[Result]:
         stub = dict(key=key, label=label, method="?", comparison=comparison, status="incomplete")
         stub.update(seed=int(seed.removeprefix("seed")), epochs=0, settings=[], error="no result")
         results.append(read_result(folder) or dict(stub, run_dir=str(folder)))
-    return sorted(results, key=lambda r: order.get(r["key"], len(order)))
+    return sorted(results, key=lambda r: order.get(identity(r), len(order)))
 
 
 def probe_into(result: Result, backbone: Callable[[], Any], budget: Budget, cfg: Any) -> None:
@@ -328,9 +399,9 @@ def probe_into(result: Result, backbone: Callable[[], Any], budget: Budget, cfg:
     from benchmarks.probe import probe_backbone
 
     try:
-        first = cfg.augmentations[0]  # solo-learn normalises custom data as this pipeline says
+        first = cfg.augmentations[0]  # solo-learn normalises the data as this pipeline says
         transform = val_transform(int(first.crop_size), first)
-        result.update(probe_backbone(backbone(), budget.data, transform))
+        result.update(probe_backbone(backbone(), *budget.splits(transform)))
     except Exception as err:  # a probe failure must not lose the pretraining result
         result["error"] = f"offline probe failed: {type(err).__name__}: {err}"
 
@@ -339,14 +410,15 @@ def equal_time_epochs(run: Run, out: Path) -> Union[int, str]:
     """An equal-time run's epochs, from the lowest seed on which its baseline and the row it
     matches have both finished (in this command or an earlier part); else why not."""
     assert run.row.time_of is not None
-    base, target = Row(run.row.method).label, run.row.time_of.label
-    done = {(r["label"], r["seed"]): r for r in read_results(out) if r["status"] == "ok"}
-    seeds = sorted(s for label, s in done if label == base and (target, s) in done)
+    base, target = Row(run.row.method), run.row.time_of
+    done = {identity(r): r for r in read_results(out) if r["status"] == "ok"}
+    seeds = sorted(s for row, s in filter(None, done) if row == base and (target, s) in done)
     if not seeds:
-        return f"no finished '{base}' and '{target}' runs"
+        return f"no finished '{base.label}' and '{target.label}' runs"
     b, t = done[base, seeds[0]], done[target, seeds[0]]
     if b.get("cpu") and t.get("cpu") and b["cpu"] != t["cpu"]:
-        return f"'{base}' on {b['cpu']!r}, '{target}' on {t['cpu']!r}: seconds do not compare"
+        where = f"'{base.label}' on {b['cpu']!r}, '{target.label}' on {t['cpu']!r}"
+        return f"{where}: seconds do not compare"
     return matched_epochs(int(b["epochs"]), b["seconds_per_epoch"], t["seconds_per_epoch"])
 
 
@@ -354,11 +426,11 @@ def execute(runs: Sequence[Run], budget: Budget, out: Path) -> List[Result]:
     """Train (or reuse) and probe every run, in order; every config is composed before the first
     run starts, so that a bad override fails at once."""
     prepared = {r.key: prepare(r, budget, out) for r in runs if r.epochs}
-    finished = {r["key"]: r for r in read_results(out) if r["status"] == "ok"}
+    finished = {identity(r): r for r in read_results(out) if r["status"] == "ok"}
     results: List[Result] = []
     for i, run in enumerate(runs, 1):
         what = f"[{i}/{len(runs)}] {run.row.label}, seed {run.seed}"
-        prior = finished.get(run.key)  # to train it again, delete its folder
+        prior = finished.get((run.row, run.seed))  # to train it again, delete its folder
         if prior is not None and run.epochs in (0, prior["epochs"]):
             print(f"{what}: reused {prior['run_dir']}", file=sys.stderr)
             results.append(prior)

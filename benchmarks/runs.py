@@ -6,8 +6,7 @@ them, and what each ablation row is compared with. A run is one call of solo-lea
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 #: A run's ``result.json``, as the runner writes and the report reads it.
@@ -15,21 +14,54 @@ Result = Dict[str, Any]
 #: The attention off: d -> inf, the mean prototype and plain negatives.
 OFF = ("++method_kwargs.d_pos=1000000.0", "++method_kwargs.d_neg=1000000.0")
 NO_POSITIVES, LOSS = ("++views.num_positives=0",), "++method_kwargs.loss="
-#: method -> (name in the tables, shipped config in pretrain/<family>/, overrides that make it).
-#: SimCLR and MoCo v3 are the AttentionNCE configs with solo-learn's loss, no positives; the two
-#: controls: the same 2 + M views without the attention (SimCLR's loss on every view), and OFF.
-METHODS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
-    "simclr": ("SimCLR", "attentionnce", (LOSS + "simclr", *NO_POSITIVES)),
-    "mocov3": ("MoCo v3", "mocov3_attentionnce", (LOSS + "mocov3", *NO_POSITIVES)),
-    "attentionnce": ("AttentionNCE", "attentionnce", ()),
-    "mocov3_attentionnce": ("MoCo v3 + AttentionNCE", "mocov3_attentionnce", ()),
-    "simclr_views": ("SimCLR on the same views", "attentionnce", (LOSS + "simclr_all_views",)),
-    "attentionnce_off": ("AttentionNCE, attention off", "attentionnce", OFF),
+#: ``--methods solo.simclr``: solo-learn's own recipe of a name that is also one of ours.
+SOLO = "solo."
+
+
+@dataclass(frozen=True)
+class Method:
+    """A row's method: its name in the tables, its config in the data set's family folder, the
+    overrides that make it from that config, whether it sees M positive views; ``solo``: the
+    config is solo-learn's own (``scripts/pretrain/<family>/``), its recipe as shipped."""
+
+    label: str
+    config: str
+    overrides: Tuple[str, ...] = ()
+    positives: bool = False
+    solo: bool = False
+
+
+#: Ours. SimCLR and MoCo v3 are the AttentionNCE configs with solo-learn's loss, no positives; the
+#: two controls: the same 2 + M views without the attention (SimCLR's loss on every view), and OFF.
+METHODS: Dict[str, Method] = {
+    "simclr": Method("SimCLR", "attentionnce", (LOSS + "simclr", *NO_POSITIVES)),
+    "mocov3": Method("MoCo v3", "mocov3_attentionnce", (LOSS + "mocov3", *NO_POSITIVES)),
+    "attentionnce": Method("AttentionNCE", "attentionnce", positives=True),
+    "mocov3_attentionnce": Method("MoCo v3 + AttentionNCE", "mocov3_attentionnce", positives=True),
+    "simclr_views": Method(
+        "SimCLR on the same views", "attentionnce", (LOSS + "simclr_all_views",), True
+    ),
+    "attentionnce_off": Method("AttentionNCE, attention off", "attentionnce", OFF, True),
 }
 
 
-#: The methods whose rows see M positive views; the first two are the AttentionNCE forms.
-POSITIVE_METHODS = ("attentionnce", "mocov3_attentionnce", "simclr_views", "attentionnce_off")
+def method_of(name: str) -> Method:
+    """Ours, or solo-learn's method ``name`` (``solo.<name>`` where ours has the name too) on its
+    own shipped config; ValueError lists the allowed names."""
+    if name in METHODS:
+        return METHODS[name]
+    from solo.methods import METHODS as SOLO_METHODS
+
+    base = name[len(SOLO) :] if name.startswith(SOLO) else name
+    if base not in SOLO_METHODS or base in ("base", "linear"):
+        theirs = sorted(set(SOLO_METHODS) - set(METHODS) - {"base", "linear"})
+        raise ValueError(
+            f"--methods: unknown {name!r}; allowed values are ours, {list(METHODS)}, and "
+            f"solo-learn's, {theirs} (solo.simclr, solo.mocov3: solo-learn's own recipes)"
+        )
+    return Method(f"{base} (solo-learn's recipe)", base, solo=True)
+
+
 #: baseline -> the AttentionNCE method whose training time its equal-time row matches.
 TIME_MATCH = {"simclr": "attentionnce", "mocov3": "mocov3_attentionnce"}
 #: The reference rows' labels, probed on the same images: the untrained backbone, the raw pixels.
@@ -39,31 +71,40 @@ UNTRAINED, PIXELS = "random init (no pretraining)", "raw pixels"
 @dataclass(frozen=True)
 class Row:
     """A table row: a method at M positives with ``method_kwargs`` (key, value) pairs, in one
-    comparison (an equal-time row names the row whose time it matches), labelled as the records."""
+    comparison (an equal-time row names the row whose time it matches: not part of its identity,
+    which is its method, M, kwargs and comparison)."""
 
     method: str
     m: int = 0
     kwargs: Tuple[Tuple[str, Any], ...] = ()
     comparison: str = "equal-epoch"
-    time_of: Optional["Row"] = None
+    time_of: Optional["Row"] = field(default=None, compare=False)
 
     @property
     def label(self) -> str:
+        name = method_of(self.method).label
         if self.time_of is not None:
-            return f"{METHODS[self.method][0]} (time of {METHODS[self.time_of.method][0]})"
+            return f"{name} (time of {method_of(self.time_of.method).label})"
         if not self.m:
-            return METHODS[self.method][0]
+            return name
         extra = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.kwargs]
-        return f"{METHODS[self.method][0]} ({', '.join([f'M={self.m}', *extra])})"
+        return f"{name} ({', '.join([f'M={self.m}', *extra])})"
+
+    @property
+    def key(self) -> str:
+        """Its folder under ``<out>/runs/``, from its identity (a label's wording may change)."""
+        words = [self.method, *([f"M{self.m}"] if self.m else [])]
+        # No "=" or "+": the folder goes into Hydra overrides (1e+06 is written 1e06).
+        words += [
+            f"{k}-{v:g}".replace("+", "") if isinstance(v, float) else f"{k}-{v}"
+            for k, v in self.kwargs
+        ]
+        return f"{self.comparison}/{'-'.join(words)}"
 
     @property
     def overrides(self) -> Tuple[str, ...]:
         out = (f"++views.num_positives={self.m}",) if self.m else ()
         return out + tuple(f"++method_kwargs.{k}={v}" for k, v in self.kwargs)
-
-
-#: A sign in a label's number: an exponent's, or a value's after "=".
-SIGN = re.compile(r"(?:(?<=\de)|(?<==))[+-](?=\d)")
 
 
 @dataclass(frozen=True)
@@ -76,11 +117,7 @@ class Run:
 
     @property
     def key(self) -> str:
-        """Its folder under ``<out>/runs/``: the label's words joined by "-", so a number's sign
-        is spelled out (1e+06: 1e-p06, 1e-06: 1e-m06, -1: m1) lest 1e+06 read as 1e-06."""
-        label = SIGN.sub(lambda s: " p" if s[0] == "+" else " m", self.row.label)
-        safe = "-".join("".join(c if c.isalnum() else " " for c in label).split())
-        return f"{self.row.comparison}/{safe}/seed{self.seed}"
+        return f"{self.row.key}/seed{self.seed}"
 
 
 #: The reference preset's rows and its four questions (row a minus row b).
@@ -108,6 +145,22 @@ def row_of(result: Dict[str, Any]) -> Row:
     return Row(result["method"], m, tuple(kwargs), result["comparison"])
 
 
+def identity(result: Dict[str, Any]) -> Optional[Tuple[Row, int]]:
+    """A trained run's (row, seed), from its record: how a record is found, whatever its folder's
+    name (records filed under the older, label-derived keys included); None for the references."""
+    if result["comparison"] not in ("equal-epoch", "ablation", "equal-time"):
+        return None
+    return row_of(result), int(result["seed"])
+
+
+def label_of(result: Dict[str, Any]) -> str:
+    """A record's row label as the code words it now (the recorded one where the row is not made
+    from its record: equal-time rows, the references, incomplete runs)."""
+    if result["comparison"] in ("equal-epoch", "ablation") and result["status"] != "incomplete":
+        return row_of(result).label
+    return result["label"]
+
+
 def controls(row: Row) -> List[Row]:
     """An ablation row's controls: SimCLR on the same views and the attention off (at the row's
     temperature), equal-time SimCLR (at the preset's); for the MoCo form the shipped MoCo form and
@@ -125,10 +178,11 @@ def controls(row: Row) -> List[Row]:
 @dataclass(frozen=True)
 class Preset:
     """A preset, or the settings of a command line (the preset with the options it gives): the
-    budget (``num_train`` / ``num_val``: of the embedded Fashion-MNIST) and the rows."""
+    data (``num_train`` / ``num_val``: class-stratified subsets of its splits, None for all), the
+    budget and the rows."""
 
-    num_train: int
-    num_val: int
+    num_train: Optional[int]
+    num_val: Optional[int]
     epochs: int
     batch_size: int
     seeds: Tuple[int, ...]
@@ -138,21 +192,23 @@ class Preset:
     extra_m: Tuple[int, ...] = (2,)  # more M rows of attentionnce
     rows: Tuple[str, ...] = ()  # the ablation rows, as --row gives them
     time_matched: bool = True
-    crop_min_scale: Optional[float] = None  # every crop's RandomResizedCrop minimum scale
-    sets: Tuple[str, ...] = ()  # --set values: after the run's own, before the command line's
+    data: str = "fashion-mnist"  # a benchmarks.data.DATASETS name
+    variant: str = ""  # our configs' name suffix: "_paper" is the authors' recipe
+    crop_min_scale: Optional[float] = None  # our methods' crops' RandomResizedCrop minimum scale
+    recipe: Tuple[str, ...] = ()  # KEY=VALUE settings of our methods' configs
+    sets: Tuple[str, ...] = ()  # --set: Hydra overrides of every run, after its own
+    warmup_epochs: Optional[int] = 1  # solo's 10 is longer than a CPU budget's whole run
     show_reference: bool = False  # end by printing the committed reference tables
 
     def runs(self) -> List[Run]:
         """Seed by seed: the equal-epoch rows, the ablation rows, then the equal-time rows (last:
         their timings must exist when they start). ValueError names a bad setting."""
-        unknown = [x for x in self.methods if x not in METHODS]
-        if unknown:
-            raise ValueError(f"--methods: unknown {unknown}; allowed values are {list(METHODS)}")
+        methods = {x: method_of(x) for x in self.methods}
         m = self.num_positives
         if not self.seeds or min(self.epochs, m) < 1:
             got = f"--seeds {list(self.seeds)}, --epochs {self.epochs}, --num-positives {m}"
             raise ValueError(f"{got}: need a seed, and epochs and M of at least 1")
-        rows = [Row(x, m if x in POSITIVE_METHODS else 0) for x in self.methods]
+        rows = [Row(x, m if spec.positives else 0) for x, spec in methods.items()]
         if "attentionnce" in self.methods:
             rows += [Row("attentionnce", k) for k in self.extra_m if k != m]
         rows += [r for r in (parse_row(text, m) for text in self.rows) if r not in rows]
@@ -165,20 +221,45 @@ class Preset:
         return [Run(r, s, 0 if r.time_of else self.epochs) for s in self.seeds for r in rows]
 
 
-#: Our recipe: a milder crop and temperature 0.2, screened on SimCLR.
-RECIPE = dict(crop_min_scale=0.5, sets=("method_kwargs.temperature=0.2",))
+#: Our recipe on Fashion-MNIST: a milder crop and temperature 0.2, screened on SimCLR.
+RECIPE = dict(crop_min_scale=0.5, recipe=("method_kwargs.temperature=0.2",))
 DEMO = "the demo (~5 min on 2 CPU cores, below the learning regime), then the reference's "
 DEMO += "committed tables"
 EVERY = "every method and control, 3 seeds: ~40 h on 2 CPU cores, run in parts (--methods, --seeds;"
 EVERY += " finished runs are reused)"
+#: The authors' recipe (our ``*_paper.yaml``: ResNet-50, CIFAR stem, 400 epochs, batch 256) with
+#: its controls on the same views, seeds declared here; GPU-scale (``--plan`` says how long).
+PAPER = dict(
+    methods=("simclr", "attentionnce", "attentionnce_off", "simclr_views"),
+    extra_m=(),
+    rows=("neg_weighting=importance",),
+    time_matched=False,
+    variant="_paper",
+    warmup_epochs=None,
+)
+PAPER_TEXT = "the authors' recipe on {}, 5 rows x 3 seeds x 400 epochs (GPU; see --plan)"
 PRESETS: Dict[str, Preset] = {
     # No limit_val_batches: solo's kNN counts the classes it saw, and the val folder is sorted.
-    "smoke": Preset(96, 40, 1, 16, (0,), "tests: 1 epoch of 6 batches, numbers meaningless"),
+    "smoke": Preset(
+        96,
+        40,
+        1,
+        16,
+        (0,),
+        "tests: 1 epoch of 6 batches, numbers meaningless",
+        sets=("limit_train_batches=6",),
+    ),
     # The reference recipe on a fifth of its images, a seventh of its epochs, one seed.
     "default": Preset(
         1200, 1000, 4, 64, (0,), DEMO, extra_m=(), time_matched=False, show_reference=True, **RECIPE
     ),
     "reference": Preset(6000, 2000, 29, 128, (0, 1, 2), EVERY, tuple(METHODS), **RECIPE),
+    **{
+        f"paper-{data}": Preset(
+            None, None, 400, 256, (0, 1, 2), PAPER_TEXT.format(name), data=data, **PAPER
+        )
+        for data, name in (("cifar10", "CIFAR-10"), ("stl10", "STL-10"))
+    },
 }
 
 
@@ -193,9 +274,9 @@ def parse_row(text: str, m: int) -> Row:
     """``--row [METHOD:]KEY=VALUE,...``: an ablation row of METHOD (default attentionnce) at M
     positives with these ``method_kwargs`` (numbers as floats), varied around the shipped ones."""
     name, _, pairs = text.rpartition(":")
-    name = name or "attentionnce"
-    if name not in POSITIVE_METHODS:
-        raise ValueError(f"--row {text!r}: method {name!r}; allowed values are {POSITIVE_METHODS}")
+    name, allowed = name or "attentionnce", [n for n, x in METHODS.items() if x.positives]
+    if name not in allowed:
+        raise ValueError(f"--row {text!r}: method {name!r}; allowed values are {allowed}")
     kwargs = []
     for pair in filter(None, pairs.split(",")):
         key, eq, value = (x.strip() for x in pair.partition("="))

@@ -37,7 +37,7 @@ BASELINE = {m: base for base, target in TIME_MATCH.items() for m in (base, targe
 def overrides(args: argparse.Namespace, train_path: str, method: str) -> List[str]:
     # One GPU: SyncBatchNorm would do nothing there.
     gpu = ["++devices=[0]", "++strategy=auto", "++sync_batchnorm=False"]
-    out = [*METHODS[method][2], *(["trainer=cpu"] if args.device == "cpu" else gpu)]
+    out = [*METHODS[method].overrides, *(["trainer=cpu"] if args.device == "cpu" else gpu)]
     out += [f"++precision={args.precision}", f"++data.train_path={train_path}", "~data.val_path"]
     out += [f"++views.crop_size={args.size}", f"++optimizer.batch_size={args.batch_size}"]
     out += ["++knn_eval.enabled=False", "++scheduler.warmup_epochs=0", "++max_epochs=1"]
@@ -87,7 +87,7 @@ def fit(model: Any, cfg: Any, batch: List[Any], steps: int, record: Path) -> Tup
 
 def measure(method: str, args: argparse.Namespace, tmp: Path) -> Dict[str, Any]:
     """The method's row: s/step of each fit (median, range), the config's views, peak memory."""
-    config, ovr = METHODS[method][1], overrides(args, str(tmp / "data"), method)
+    config, ovr = METHODS[method].config, overrides(args, str(tmp / "data"), method)
     if args.multicrop and method == "attentionnce":  # its positives at the config's 96 / 224
         config += "_multicrop"
         ovr.append(f"++views.positive_crop_size={round(args.size * 96 / 224)}")

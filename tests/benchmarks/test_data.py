@@ -1,9 +1,11 @@
-"""Fashion-MNIST -> image folders (benchmarks/data.py), on IDX files written here by hand, and the
-real package's files where Debian installed them."""
+"""The data sets (benchmarks/data.py): Fashion-MNIST -> image folders, on IDX files written here
+by hand and the real package's files where Debian installed them; every other format's layout
+check and the probes' stratified subsets, on small files in the real layouts."""
 
 from __future__ import annotations
 
 import gzip
+import shutil
 import struct
 from pathlib import Path
 
@@ -68,3 +70,28 @@ def test_the_real_files_read_as_fashion_mnist_and_missing_ones_say_what_to_insta
     monkeypatch.setenv("FASHION_MNIST_DIR", str(tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match="(?s)dataset-fashion-mnist.*FASHION_MNIST_DIR"):
         data.prepare_fashion_mnist(tmp_path / "cache", 10, 10)
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100", "stl10", "imagenet100", "folder"])
+def test_each_format_checks_its_layout_and_names_what_is_missing(name, tmp_path) -> None:
+    from helpers.datasets import write_cifar, write_folders, write_stl10
+
+    spec, root = data.DATASETS[name], tmp_path / name
+    {"stl10": write_stl10, "imagenet100": write_folders, "folder": write_folders}.get(
+        name, lambda r: write_cifar(r, name)
+    )(root)
+    spec.check(root, name)  # the layout the helpers write is the one expected
+    gone = root / spec.expected[-1]
+    shutil.rmtree(gone) if gone.is_dir() else gone.unlink()
+    with pytest.raises(FileNotFoundError, match=f"--data {name}: .* lacks {spec.expected[-1]} "):
+        spec.check(root, name)
+
+
+def test_the_probes_take_class_stratified_subsets_of_a_folders_splits(tmp_path) -> None:
+    from helpers.datasets import CLASSES, write_folders
+
+    train, val = data.DATASETS["folder"].splits(write_folders(tmp_path, per_class=4), None)
+    assert (len(train), len(val)) == (4 * CLASSES, 2 * CLASSES)
+    picked = data.subset(train, 10)
+    assert sorted(train.targets[i] for i in picked.indices) == sorted(list(range(CLASSES)) * 2)
+    assert data.subset(train, None) is train and data.subset(val, 99) is val

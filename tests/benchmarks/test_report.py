@@ -95,14 +95,14 @@ def test_holm_steps_down_until_the_first_failure() -> None:
     assert report.holm([0.2, 0.001]) == [False, True]
 
 
-def _result(label, seed, lin, comparison="equal-epoch", settings=()):
-    result = dict(key=f"{label}/{seed}", label=label, comparison=comparison, seed=seed, epochs=2)
-    result.update(status="ok", offline_acc1=lin, offline_knn_acc1=lin, error="")
-    return dict(result, settings=list(settings), method="attentionnce")
+def _result(row, seed, lin):
+    result = dict(key=f"{row.key}/{seed}", label=row.label, comparison=row.comparison, seed=seed)
+    result.update(status="ok", offline_acc1=lin, offline_knn_acc1=lin, error="", epochs=2)
+    return dict(result, settings=list(row.overrides), method=row.method)
 
 
 def test_verdict_lines_follow_the_paired_rule_and_are_counted() -> None:
-    off = "AttentionNCE, attention off (M=4)"
+    off = Row("attentionnce_off", 4)
     row = parse_row("d_pos=1,d_neg=1", 4)
     noisy, one = parse_row("d_pos=1,d_neg=0.3", 4), parse_row("d_pos=1,d_neg=0.1", 4)
     hint = parse_row("d_pos=1,d_neg=0.2", 4)  # t = -2.85 over 4 seeds, half-width 1.17
@@ -114,9 +114,7 @@ def test_verdict_lines_follow_the_paired_rule_and_are_counted() -> None:
         (hint, (-1, -2, -0.2, -1)),
     )
     for r, gaps in rows:
-        results += [
-            _result(r.label, s, 80.0 + s + g, "ablation", r.overrides) for s, g in enumerate(gaps)
-        ]
+        results += [_result(r, s, 80.0 + s + g) for s, g in enumerate(gaps)]
     md = report.verdicts_markdown(report.aggregate(results))
     lines = {ln.split(" minus ")[0]: ln for ln in md.splitlines() if ln.startswith("- ")}
     assert "linear -2.00 ± 0.25" in lines[f"- {row.label}"]  # diffs -2.1, -2, -1.9

@@ -1,7 +1,8 @@
 """The runner (benchmarks/runner.py): each run is a shipped config that differs only where its
-visible overrides say, with the run recorder attached through ``diagnostics.callbacks``; its
-record names no machine's folder; finished runs are reused; equal-time epochs come from timings
-on one CPU. Composes configs; trains nothing."""
+visible overrides say, with the run recorder attached by the benchmark's Hydra callback; its
+record names no machine's folder; finished runs are reused, found by what they are, not by their
+folder's name; equal-time epochs come from timings on one CPU. Composes configs; trains
+nothing."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from omegaconf import OmegaConf
 
 from attnce_plugin.install import require_solo
 from benchmarks import runner
-from benchmarks.runs import METHODS, Preset, Row, Run
+from benchmarks.runs import METHODS, Preset, Row, Run, label_of
 
 require_solo()  # loudly: prepare() names solo-learn's main_pretrain.py
 
 
-def _budget(tmp_path: Path, *sets: str, crop_min_scale=None, **kw) -> runner.Budget:
+def _budget(tmp_path: Path, *sets: str, crop_min_scale=None) -> runner.Budget:
     chosen = Preset(1, 1, 1, 8, (0,), sets=sets, crop_min_scale=crop_min_scale)
-    return runner.Budget(tmp_path / "data" / "subset", "", chosen, **kw)
+    return runner.Budget("fashion-mnist", tmp_path / "data" / "subset", "", chosen)
 
 
 def _flat(node, prefix="") -> dict:
@@ -39,7 +40,7 @@ LOSSES = dict(simclr="simclr", mocov3="mocov3", simclr_views="simclr_all_views")
 def test_a_run_differs_from_its_shipped_config_only_where_its_overrides_say(tmp_path, method):
     m = 0 if method in ("simclr", "mocov3") else 4  # as the run table makes them
     prep = runner.prepare(Run(Row(method, m), 3, 2), _budget(tmp_path), tmp_path)
-    assert prep.config == f"pretrain/cifar/{METHODS[method][1]}.yaml"
+    assert prep.config == f"pretrain/cifar/{METHODS[method].config}.yaml"
     with initialize_config_module("attnce_plugin.configs", version_base="1.2"):
         shipped = _flat(OmegaConf.to_container(compose(prep.config), resolve=True))
     run = _flat(OmegaConf.to_container(prep.resolved, resolve=True))
@@ -54,10 +55,10 @@ def test_a_run_differs_from_its_shipped_config_only_where_its_overrides_say(tmp_
     assert run["views.num_positives"] == m
     if method == "attentionnce_off":
         assert run["method_kwargs.d_pos"] == run["method_kwargs.d_neg"] == 1e6
-    record = prep.resolved.diagnostics.callbacks.record
-    assert record._target_ == "benchmarks.recorder.RunRecorder"
-    assert record.path == str(prep.run_dir / "record.jsonl")
-    assert "+hydra.callbacks.bench.size=32" in prep.command
+    hook = "+hydra.callbacks.bench"
+    assert f"{hook}._target_=benchmarks.hooks.Bench" in prep.command
+    assert f"{hook}.record={prep.run_dir / 'record.jsonl'}" in prep.command
+    assert f"{hook}.size=32" in prep.command
 
 
 def test_the_record_names_no_machine_folder_and_its_command_runs_with_them_named(tmp_path):
@@ -67,26 +68,28 @@ def test_the_record_names_no_machine_folder_and_its_command_runs_with_them_named
     script, cfg = (prep.run_dir / "command.sh").read_text(), prep.run_dir / "config.yaml"
     for text in (script, cfg.read_text()):
         assert str(tmp_path) not in text and str(runner.REPO_ROOT) not in text
-    assert "++data.train_path=<data-cache>/subset/train" in cfg.read_text()
-    assert "  dir: <out>/runs/equal-epoch/AttentionNCE-M-4/seed0/ckpt\n" in cfg.read_text()
+    assert "++data.train_path=<data>/train" in cfg.read_text()
+    assert "  dir: <out>/runs/equal-epoch/attentionnce-M4/seed0/ckpt\n" in cfg.read_text()
     assert OmegaConf.load(cfg).views.num_positives == 4  # the report reads it back
     # this machine's folders named again, and echo for python3: the command runs
-    folders = {"<out>": str(out), "<data-cache>": "/d", "<solo-learn>": "/s", "<repo>": "/r"}
+    folders = {"<out>": str(out), "<data>": "/d", "<solo-learn>": "/s", "<repo>": "/r"}
     for placeholder, folder in {**folders, " python3 ": " echo "}.items():
         script = script.replace(placeholder, folder)
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "/s/main_pretrain.py" in done.stdout and "++data.val_path=/d/subset/val" in done.stdout
+    assert "/s/main_pretrain.py" in done.stdout and "++data.val_path=/d/val" in done.stdout
     assert f"++checkpoint.dir={out}/runs/{prep.run.key}/ckpt" in done.stdout
 
 
 def test_set_values_come_late_and_yield_to_a_rows_own_settings(tmp_path):
-    b = _budget(tmp_path, "optimizer.lr=0.3", "method_kwargs.d_neg=1")
+    b = _budget(tmp_path, "optimizer.lr=0.3", "method_kwargs.d_neg=1", "+extra=2")
     att = runner.prepare(Run(Row("attentionnce", 4), 0, 1), b, tmp_path)
     row = runner.prepare(Run(Row("attentionnce", 4, (("d_neg", 3.0),)), 0, 1), b, tmp_path)
     assert att.resolved.optimizer.lr == row.resolved.optimizer.lr == 0.3
     assert att.resolved.method_kwargs.d_neg == 1 and row.resolved.method_kwargs.d_neg == 3
-    assert att.overrides[-1] == "++method_kwargs.d_neg=1"
+    ovr = att.overrides  # after the budget's, before the row's; a raw override as given
+    assert ovr.index("++max_epochs=1") < ovr.index("++method_kwargs.d_neg=1") < len(ovr) - 1
+    assert att.resolved.extra == 2 and row.overrides[-1] == "++method_kwargs.d_neg=3.0"
     for bad in ("no_equals", "=1"):
         with pytest.raises(ValueError, match="--set"):
             runner.parse_set(bad)
@@ -97,8 +100,8 @@ def test_the_crop_scale_reaches_every_pipeline_and_bad_overrides_are_refused(tmp
     run = Run(Row(method, 4), 0, 1)
     cfg = runner.prepare(run, _budget(tmp_path, crop_min_scale=0.5), tmp_path).resolved
     assert {p.rrc.crop_min_scale for p in cfg.augmentations} == {0.5}
-    with pytest.raises(ValueError, match=f"pretrain/cifar/{METHODS[method][1]}.yaml"):
-        runner.prepare(run, _budget(tmp_path, overrides=["x=["]), tmp_path)
+    with pytest.raises(ValueError, match=f"pretrain/cifar/{METHODS[method].config}.yaml"):
+        runner.prepare(run, _budget(tmp_path, "+x=["), tmp_path)
 
 
 def _finish(out: Path, run: Run, seconds: float, cpu: str = "A") -> None:
@@ -129,19 +132,32 @@ def test_finished_runs_are_reused_and_time_matched_from_their_lowest_seed(tmp_pa
     assert runner.equal_time_epochs(timed, tmp_path) == 25
 
 
+def test_a_record_in_a_folder_of_another_name_is_found_by_its_row(tmp_path, monkeypatch):
+    """Records filed under the older keys (a label's words) are reused: a row's label may be
+    reworded without orphaning them."""
+    run = Run(Row("attentionnce", 4, (("d_neg", 1.0),), "ablation"), 0, 29)
+    old = tmp_path / "runs" / "ablation" / "AttentionNCE-M-4-d-neg-1" / "seed0"
+    old.mkdir(parents=True)
+    runner.save_result(runner.new_result(run, key="", label="reworded", run_dir=str(old)))
+    launched = _launches(monkeypatch)
+    (result,) = runner.execute([run], _budget(tmp_path), tmp_path)
+    assert launched == [] and result["run_dir"] == str(old)
+    assert label_of(result) == "AttentionNCE (M=4, d_neg=1)" != result["label"]
+
+
 def test_no_time_match_across_two_cpus_and_a_failed_record_is_trained_again(tmp_path, monkeypatch):
     _finish(tmp_path, Run(Row("mocov3"), 0, 29), 10.0, "A")
     _finish(tmp_path, Run(Row("mocov3_attentionnce", 4), 0, 29), 15.0, "B")
     timed = Run(Row("mocov3", comparison="equal-time", time_of=Row("mocov3_attentionnce", 4)), 0, 0)
     assert "seconds do not compare" in str(runner.equal_time_epochs(timed, tmp_path))
-    path = tmp_path / "runs" / "equal-epoch/MoCo-v3/seed0/result.json"
+    path = tmp_path / "runs" / "equal-epoch/mocov3/seed0/result.json"
     data = json.loads(path.read_text())
     assert data["cpu"] == "A" and data["run_dir"] == ""  # a record names no machine's path
     assert str(path.parent) in [r["run_dir"] for r in runner.read_results(tmp_path)]
     path.write_text(json.dumps(dict(data, status="failed")))
     launched = _launches(monkeypatch)
     runner.execute([Run(Row("mocov3"), 0, 29)], _budget(tmp_path), tmp_path)
-    assert [p.run.key for p in launched] == ["equal-epoch/MoCo-v3/seed0"]
+    assert [p.run.key for p in launched] == ["equal-epoch/mocov3/seed0"]
 
 
 def test_a_half_written_or_missing_result_reads_as_incomplete_and_the_report_says_so(tmp_path):
@@ -149,7 +165,7 @@ def test_a_half_written_or_missing_result_reads_as_incomplete_and_the_report_say
     folder whose result never got written, or does not parse, reads as an incomplete run."""
     from benchmarks import report
 
-    done = tmp_path / "runs" / "equal-epoch" / "SimCLR" / "seed0"
+    done = tmp_path / "runs" / "equal-epoch" / "simclr" / "seed0"
     torn = tmp_path / "runs" / "ablation" / "AttentionNCE-M-4-d-neg-1" / "seed1"
     never = tmp_path / "runs" / "equal-epoch" / "MoCo-v3" / "seed2"
     for folder in (done, torn, never):
@@ -160,7 +176,7 @@ def test_a_half_written_or_missing_result_reads_as_incomplete_and_the_report_say
     (done / "result.json.part").write_text('{"key": ')  # a write a kill stopped
     (torn / "result.json").write_text('{"key": "ablation/AttentionNCE-M-4-d-neg-1/seed1", ')
     results = {r["key"]: r for r in runner.read_results(tmp_path)}
-    assert results["equal-epoch/SimCLR/seed0"]["status"] == "ok"
+    assert results["equal-epoch/simclr/seed0"]["status"] == "ok"
     for key in ("ablation/AttentionNCE-M-4-d-neg-1/seed1", "equal-epoch/MoCo-v3/seed2"):
         assert results[key]["status"] == "incomplete" and results[key]["seed"] == int(key[-1])
     md = report.bench_markdown(list(results.values()), [])

@@ -1,5 +1,6 @@
-"""The run table (benchmarks/runs.py): its rows name and file runs exactly as the committed records
-and the old harness's ablation layout do, and its run lists come in the documented order."""
+"""The run table (benchmarks/runs.py): its rows are the committed records' (found by what they
+are, labelled as they were), solo-learn's methods are rows beside ours, folders are named from a
+row's identity, and its run lists come in the documented order."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.runs import PRESETS, QUESTIONS, Preset, Row, Run, parse_row, row_of
+from benchmarks.runs import (
+    PRESETS,
+    QUESTIONS,
+    Preset,
+    Row,
+    Run,
+    identity,
+    label_of,
+    parse_row,
+    row_of,
+)
 from benchmarks.runs import matched_epochs as matched
 
 REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "reference" / "runs"
@@ -19,12 +30,12 @@ def test_the_reference_plan_is_every_committed_record() -> None:
 
     def plan_of(seeds) -> set:
         runs = Preset(1, 1, p.epochs, 1, tuple(seeds), methods=p.methods).runs()
-        return {(r.key, r.row.label, r.row.method, r.row.comparison) for r in runs}
+        return {(r.row, r.seed, r.row.label) for r in runs}
 
     plan = plan_of(p.seeds)
     committed = [json.loads(path.read_text()) for path in REFERENCE.glob("*/*/seed*/result.json")]
-    fields = [[r[k] for k in ("key", "label", "method", "comparison")] for r in committed]
-    trained = {tuple(f) for f in fields if f[3] not in ("reference", "ablation")}
+    ids = [(*identity(r), r["label"]) for r in committed if r["comparison"] != "reference"]
+    trained = {i for i in ids if i[0].comparison != "ablation"}
     # the preset's runs, and more seeds of them
     assert len(plan) == 27 and plan <= trained <= plan_of(range(5))
     # every trained record (all result folders) is filed and labelled as the row its recorded
@@ -32,8 +43,7 @@ def test_the_reference_plan_is_every_committed_record() -> None:
     for path in REFERENCE.parents[1].glob("*/runs/*/*/seed*/result.json"):
         r = json.loads(path.read_text())
         if r["comparison"] in ("equal-epoch", "ablation"):
-            row = row_of(r)
-            assert (row.label, Run(row, r["seed"], 0).key) == (r["label"], r["key"])
+            assert row_of(r).label == r["label"] == label_of(r)
             assert path.parent.relative_to(path.parents[3]).as_posix() == r["key"]
     # the equal-time rows name the row they matched as their records do
     matched = {r["label"]: r["matched_to"] for r in committed if r["matched_to"]}
@@ -41,7 +51,7 @@ def test_the_reference_plan_is_every_committed_record() -> None:
     assert all(any(q[i].label == r["label"] for r in committed) for q in QUESTIONS for i in (1, 2))
 
 
-def test_ablation_rows_are_labelled_and_filed_as_the_old_harness_did() -> None:
+def test_ablation_rows_are_labelled_as_the_records_and_filed_by_what_they_are() -> None:
     rows = ("d_pos=1,d_neg=1", "d_pos=1,d_neg=0.3,neg_weighting=importance")
     rows += ("attentionnce_off:temperature=0.5",)
     runs = Preset(1, 1, 29, 1, (0,), methods=("attentionnce",), extra_m=(4,), rows=rows).runs()
@@ -51,9 +61,9 @@ def test_ablation_rows_are_labelled_and_filed_as_the_old_harness_did() -> None:
         "AttentionNCE, attention off (M=4, temperature=0.5)",
     ]
     assert [r.key for r in runs[1:]] == [
-        "ablation/AttentionNCE-M-4-d-pos-1-d-neg-1/seed0",
-        "ablation/AttentionNCE-M-4-d-pos-1-d-neg-0-3-neg-weighting-importance/seed0",
-        "ablation/AttentionNCE-attention-off-M-4-temperature-0-5/seed0",
+        "ablation/attentionnce-M4-d_pos-1-d_neg-1/seed0",
+        "ablation/attentionnce-M4-d_pos-1-d_neg-0.3-neg_weighting-importance/seed0",
+        "ablation/attentionnce_off-M4-temperature-0.5/seed0",
     ]
     assert runs[2].row.overrides == (
         "++views.num_positives=4",
@@ -62,9 +72,9 @@ def test_ablation_rows_are_labelled_and_filed_as_the_old_harness_did() -> None:
         "++method_kwargs.neg_weighting=importance",
     )
     assert runs[0].row == Row("attentionnce", 4) and len(runs) == 4
-    # a number's sign is spelled out: 1e+06 and 1e-06 file apart
+    # no "=" or "+" (the folder is in Hydra overrides), and 1e+06 and 1e-06 file apart
     keys = [Run(parse_row(f"d_neg={v}", 4), 0, 1).key.split("/")[1] for v in (1e6, 1e-6, -1)]
-    assert keys == [f"AttentionNCE-M-4-d-neg-{v}" for v in ("1e-p06", "1e-m06", "m1")]
+    assert keys == [f"attentionnce-M4-d_neg-{v}" for v in ("1e06", "1e-06", "-1")]
 
 
 def test_runs_go_seed_by_seed_with_the_equal_time_rows_last() -> None:
@@ -74,7 +84,24 @@ def test_runs_go_seed_by_seed_with_the_equal_time_rows_last() -> None:
     assert [r.row.label for r in runs[:7]] == labels.split("|")
     assert [r.epochs for r in runs[:7]] == [4] * 5 + [0] * 2
     assert len(runs) == 14 and {r.seed for r in runs[7:]} == {1}
-    assert runs[5].key == "equal-time/SimCLR-time-of-AttentionNCE/seed0"
+    assert runs[5].key == "equal-time/simclr/seed0"
+
+
+def test_solo_learns_methods_are_rows_in_their_own_recipe_and_the_paper_presets_declared():
+    runs = Preset(1, 1, 1, 1, (0,), methods=("attentionnce", "byol", "solo.simclr"), extra_m=())
+    runs = runs.runs()
+    assert [r.row.label for r in runs] == [
+        "AttentionNCE (M=4)",
+        "byol (solo-learn's recipe)",
+        "simclr (solo-learn's recipe)",
+    ]
+    assert [r.row.m for r in runs] == [4, 0, 0] and runs[1].key == "equal-epoch/byol/seed0"
+    for data in ("cifar10", "stl10"):
+        paper = PRESETS[f"paper-{data}"]
+        assert paper.data == data and paper.variant == "_paper" and paper.epochs == 400
+        labels = {r.row.label for r in paper.runs()}
+        assert len(paper.runs()) == 15 and {r.seed for r in paper.runs()} == {0, 1, 2}
+        assert {"SimCLR", "AttentionNCE (M=4, neg_weighting=importance)"} <= labels
 
 
 def test_matched_epochs_rounds_and_never_cuts_the_budget() -> None:
@@ -86,7 +113,8 @@ def test_matched_epochs_rounds_and_never_cuts_the_budget() -> None:
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: Preset(1, 1, 1, 1, (0,), methods=("byol",)).runs(), "--methods: .*allowed"),
+        (lambda: Preset(1, 1, 1, 1, (0,), methods=("byl",)).runs(), "unknown 'byl'.*'byol'"),
+        (lambda: Preset(1, 1, 1, 1, (0,), methods=("linear",)).runs(), "unknown 'linear'"),
         (lambda: Preset(1, 1, 1, 1, ()).runs(), "need a seed"),
         (lambda: Preset(1, 1, 0, 1, (0,)).runs(), "need a seed"),
         (lambda: Preset(1, 1, 1, 1, (0,), rows=("d_neg",)).runs(), "--row .*KEY=VALUE"),

@@ -23,14 +23,14 @@ def _args(**kw) -> argparse.Namespace:
 def _build(method: str, tmp_path: Path, args: argparse.Namespace):
     (tmp_path / "data" / "a").mkdir(parents=True, exist_ok=True)
     overrides = step_cost.overrides(args, str(tmp_path / "data"), method)
-    return step_cost.build(f"pretrain/custom/{step_cost.METHODS[method][1]}.yaml", overrides)
+    return step_cost.build(f"pretrain/custom/{step_cost.METHODS[method].config}.yaml", overrides)
 
 
 @pytest.mark.parametrize("method", list(step_cost.BASELINE))
 def test_rows_are_the_shipped_configs_with_the_run_tables_switches(method, tmp_path):
     model, cfg = _build(method, tmp_path, _args())
     loss = {"simclr": "simclr", "mocov3": "mocov3"}.get(method, "attentionnce")
-    assert (cfg.method, cfg.method_kwargs.loss) == (step_cost.METHODS[method][1], loss)
+    assert (cfg.method, cfg.method_kwargs.loss) == (step_cost.METHODS[method].config, loss)
     crops = sum(int(p.num_crops) for p in cfg.augmentations)
     assert crops == (2 if loss != "attentionnce" else 6)  # 2 anchors + M = 4
     assert (cfg.accelerator, cfg.devices) == ("cpu", "1")
