@@ -21,6 +21,7 @@ from benchmarks.runs import (
     MOCO_ATTN,
     PIXELS,
     QUESTIONS,
+    TWO_BY_TWO,
     UNTRAINED,
     Result,
     Row,
@@ -284,6 +285,25 @@ def mechanism_markdown(lines: Sequence[Line]) -> str:
     return section("Mechanism", table(["method", "seeds", *[t for _, t in HEALTH]], body))
 
 
+def two_by_two_markdown(lines: Sequence[Line]) -> str:
+    """runs.TWO_BY_TWO's cells: each row's offline probes over its seeds, R and how often the
+    hardest negative has the anchor's class; "" before any of its rows has a record."""
+    rows = {r.label: r for r in lines if r.seeds}
+
+    def cell(row: Optional[Row]) -> str:
+        r = rows.get(row.label) if row is not None else None
+        if r is None:
+            return "-"
+        act = _activity_cells(r)
+        probes = ", ".join(f"{name} {fmt(r.stats[m], 2)}" for m, name in PROBES)
+        return f"{probes} (seeds {_joined(r.seeds)}); R {act[3]}, same class {act[4]}"
+
+    body = [[name, cell(a), cell(b)] for name, (a, b) in TWO_BY_TWO.items()]
+    if all(c == "-" for row in body for c in row[1:]):
+        return ""
+    return section("Imbalance and aim", table(["", "uniform", "aimed at the nearest"], body))
+
+
 #: A family's name, and its comparisons (question, row a, row b) whose rows have records.
 Family = Tuple[str, List[Tuple[str, Line, Line]]]
 QUESTIONS_FAMILY, ABLATION = "the four questions", "ablation: "
@@ -368,7 +388,8 @@ def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
     lines = aggregate(results)
     md = ["# Benchmark results", "", *[f"- {h}" for h in header], ""]
     md += [section("Summary", summary_table(lines)), section("Runs", runs_table(lines))]
-    md += [regime_markdown(lines), mechanism_markdown(lines), verdicts_markdown(lines)]
+    md += [regime_markdown(lines), mechanism_markdown(lines), two_by_two_markdown(lines)]
+    md += [verdicts_markdown(lines)]
     # "running" and "incomplete": a run killed before it finished; the same command resumes it.
     says = {"ok": "Note", "running": "INCOMPLETE", "incomplete": "INCOMPLETE"}
     notes = [

@@ -322,3 +322,19 @@ FAMILIES = [
     (name, [tuple(parse_row(t, 4) if t else Row("attentionnce_off", 4) for t in p) for p in pairs])
     for name, pairs in DECLARED.items()
 ]
+
+#: The 2x2 of imbalance (R > 1: the negatives' push outweighs the positive's pull) and aim (the
+#: push on the nearest negatives), and the same rows with the same-class oracle.
+OFF_ROW, ORACLE = Row("attentionnce_off", 4), ",exclude_same_class=true"
+TWO_BY_TWO = {
+    "balanced": (OFF_ROW, parse_row("d_pos=1,d_neg=1,neg_weighting=importance", 4)),
+    "unbalanced": (
+        parse_row("attentionnce_off:neg_temperature=0.15", 4),
+        parse_row("d_pos=1,d_neg=1", 4),
+    ),
+    "balanced, same class excluded": (
+        parse_row("attentionnce_off:exclude_same_class=true", 4),
+        parse_row("d_pos=1,d_neg=1,neg_weighting=importance" + ORACLE, 4),
+    ),
+    "unbalanced, same class excluded": (None, parse_row("d_pos=1,d_neg=1" + ORACLE, 4)),
+}

@@ -200,3 +200,25 @@ def test_resume_only_from_a_loadable_checkpoint_of_the_same_config(tmp_path):
     torch.save({"epoch": 0}, ckpts / "name-v1-ep=0.ckpt")
     (ckpts / "name-v1-ep=1.ckpt").write_bytes(b"PK\x03\x04 torn")
     assert runner.last_checkpoint(prep.run_dir) == (ckpts / "name-v1-ep=0.ckpt", 1)
+
+
+@pytest.mark.parametrize("gpus, dali", [(1, False), (2, True)])
+def test_on_gpus_every_run_takes_them_all_in_bf16(tmp_path, monkeypatch, gpus, dali):
+    """The GPU branch, composed on a CPU machine: every visible GPU (DDP and SyncBatchNorm where
+    several), bf16, loader workers, the config's data format where DALI is installed."""
+    import importlib.util
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    find = importlib.util.find_spec
+    spec = lambda name: (dali or None) if name == "nvidia.dali" else find(name)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", spec)
+    budget = runner.Budget("imagenet100", tmp_path, "", Preset(1, 1, 1, 8, (0,)))
+    cfg = runner.prepare(Run(Row("attentionnce", 4), 0, 1), budget, tmp_path).resolved
+    assert cfg.accelerator == "gpu" and list(cfg.devices) == list(range(gpus))
+    assert (cfg.strategy, cfg.sync_batchnorm) == (("ddp", True) if gpus > 1 else ("auto", False))
+    assert cfg.precision == "bf16-mixed" and cfg.data.num_workers > 0
+    assert cfg.data.format == "image_folder"  # as our config says
+    byol = runner.prepare(Run(Row("byol"), 0, 1), budget, tmp_path).resolved  # solo's asks DALI
+    assert byol.data.format == ("dali" if dali else "image_folder")
