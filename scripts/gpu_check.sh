@@ -2,8 +2,9 @@
 # The GPU check: what a GPU user runs, on the device, under the pinned Lightning (docs/performance.md,
 # "On a GPU"): main_pretrain.py with pretrain/custom/attentionnce.yaml and the MoCo form at
 # 16-mixed and bf16-mixed with SyncBatchNorm and validation, a few steps each; DALI when the device
-# has it; main_linear.py and attnce-knn on the checkpoint it wrote; one loss call of each form under
-# torch.cuda.set_sync_debug_mode("error"); the tests marked `gpu`; the step-cost tables.
+# has it; main_linear.py and attnce-knn on the checkpoint it wrote; the benchmark on a folder (ours
+# and BYOL); one loss call of each form under torch.cuda.set_sync_debug_mode("error"); the tests
+# marked `gpu`; the step-cost tables.
 #
 #   bash scripts/gpu_check.sh prepare            # here, where pip reaches PyPI: builds .gpucheck/
 #   OUT=/some/dir bash scripts/gpu_check.sh run  # on the GPU machine, with .gpucheck carried
@@ -34,6 +35,7 @@ prepare() {
     { echo "prepare copies solo-learn from its checkout: install it first" >&2; return 2; }
   rm -rf "$B" && mkdir -p "$B/wheels" "$B/solo-learn" "$cache" || return 2
   cp -r "$solo/solo" "$solo"/main_*.py "$solo/LICENSE" "$B/solo-learn/" || return 2
+  mkdir -p "$B/solo-learn/scripts" && cp -r "$solo/scripts/pretrain" "$B/solo-learn/scripts/" || return 2
   find "$B" -name __pycache__ -prune -exec rm -rf {} +
   git -C "$solo" rev-parse HEAD >"$B/solo-learn/COMMIT" 2>/dev/null
   # 6 classes (main_linear.py reports top-5) x 8 images at 32 px, for training and validation
@@ -153,6 +155,10 @@ print('no host synchronisation in either form')"
       --pretrained_checkpoint_dir "$(dirname "$ckpt")" --dataset custom --batch_size 16 \
       --train_data_path "$data/train" --val_data_path "$data/val" --k 5 --temperature 0.1 \
       --feature_type backbone --distance_function cosine
+    # The benchmark on a folder, ours beside a solo-learn method: every GPU, bf16, both probes.
+    step bench 180 "bench/results.md" "$PY" -m benchmarks --preset smoke --data folder \
+      --data-dir "$data" --methods attentionnce,byol --extra-m "" --batch-size 8 \
+      --out "$OUT/bench" -- ++limit_train_batches=3
     if "$PY" -c 'import nvidia.dali' 2>/dev/null; then
       step dali 150 dali.log "$PY" "$solo/main_pretrain.py" --config-path pkg://attnce_plugin.configs \
         --config-name pretrain/custom/attentionnce.yaml data_format=dali "${small[@]}" \
