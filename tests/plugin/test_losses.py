@@ -55,36 +55,40 @@ def _value_and_grads(loss, *tensors):
     return loss.detach().cpu(), [g.cpu() for g in torch.autograd.grad(loss, tensors)]
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("b,m,views,tau,d_pos,d_neg", SETTINGS)
-@pytest.mark.parametrize("weighting", WEIGHTINGS)
-def test_simclr_form_matches_reference(b, m, views, tau, d_pos, d_neg, weighting, device):
+def _forms_match_reference(
+    b, m, views, scales, weighting, device, kip=True, labels=None, tau_neg=None
+):
+    """Both forms' values and gradients against the reference's on float64 CPU copies; the MoCo
+    form's query and key are the views of 2-view inputs. Returns the MoCo form's loss."""
+    lab = None if labels is None else torch.tensor(labels)
+    options = dict(neg_temperature=tau_neg, labels=None if lab is None else lab.to(device))
+    row = dict(labels=lab, neg_weighting=weighting, tau_neg=tau_neg)
     a, p, idx = _inputs(b, m, views, device=device)
-    got = _value_and_grads(attentionnce_loss_func(a, p, idx, tau, d_pos, d_neg, weighting), a, p)
-    ac, pc = a.detach().cpu().requires_grad_(), p.detach().cpu().requires_grad_()
-    want = reference.simclr_form(ac, pc, idx.cpu(), tau, d_pos, d_neg, neg_weighting=weighting)
-    assert got[0].dtype == torch.float64  # fp64 inputs compute in fp64
-    assert_close(got, _value_and_grads(want, ac, pc), rtol=1e-9, atol=1e-10)
+    a_p = [t.detach().cpu().requires_grad_() for t in (a, p)]
+    got = attentionnce_loss_func(a, p, idx, *scales, weighting, **options)
+    want = reference.simclr_form(*a_p, idx.cpu(), *scales, **row)
+    qk, pk, _ = _inputs(b, m, 2, device=device)
+    q, k = qk[:b], qk[b:].detach()
+    q_pk = [t.detach().cpu().requires_grad_() for t in (q, pk)]
+    mgot = attentionnce_mocov3_loss_func(
+        q, k, pk, *scales, weighting, key_in_prototype=kip, **options
+    )
+    mwant = reference.mocov3_form(q_pk[0], k.cpu(), q_pk[1], *scales, kip, **row)
+    for ours, theirs in (((got, a, p), (want, *a_p)), ((mgot, q, pk), (mwant, *q_pk))):
+        ours = _value_and_grads(*ours)
+        assert ours[0].dtype == torch.float64  # fp64 inputs compute in fp64
+        assert_close(ours, _value_and_grads(*theirs), rtol=1e-9, atol=1e-10)
+    return mgot.detach()
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("b,m,views,tau,d_pos,d_neg", SETTINGS)
 @pytest.mark.parametrize("key_in_prototype", [True, False])
 @pytest.mark.parametrize("weighting", WEIGHTINGS)
-def test_mocov3_form_matches_reference(
+def test_both_forms_match_reference(
     b, m, views, tau, d_pos, d_neg, key_in_prototype, weighting, device
 ):
-    a, pk, _ = _inputs(b, m, 2, device=device)
-    q, k = a[:b], a[b:].detach()
-    got = attentionnce_mocov3_loss_func(
-        q, k, pk, tau, d_pos, d_neg, weighting, key_in_prototype=key_in_prototype
-    )
-    got = _value_and_grads(got, q, pk)
-    qc, pkc = q.detach().cpu().requires_grad_(), pk.detach().cpu().requires_grad_()
-    want = reference.mocov3_form(
-        qc, k.cpu(), pkc, tau, d_pos, d_neg, key_in_prototype, neg_weighting=weighting
-    )
-    assert_close(got, _value_and_grads(want, qc, pkc), rtol=1e-9, atol=1e-10)
+    _forms_match_reference(b, m, views, (tau, d_pos, d_neg), weighting, device, key_in_prototype)
 
 
 @pytest.mark.gpu
@@ -96,21 +100,11 @@ def test_neg_temperature_and_the_same_class_oracle_match_reference(
 ):
     """tau_neg divides the negatives' similarities, the positive keeps tau; labels drop every
     same-class candidate from the negatives (one class alone: no negatives, loss 0)."""
-    a, p, idx = _inputs(6, 3, 2, device=device)
-    lab = None if labels is None else torch.tensor(labels)
-    options = dict(neg_temperature=tau_neg, labels=None if lab is None else lab.to(device))
-    row = dict(neg_weighting=weighting, tau_neg=tau_neg)
-    got = attentionnce_loss_func(a, p, idx, 0.2, 1.0, 0.5, weighting, **options)
-    ac, pc = a.detach().cpu().requires_grad_(), p.detach().cpu().requires_grad_()
-    want = reference.simclr_form(ac, pc, idx.cpu(), 0.2, 1.0, 0.5, labels=lab, **row)
-    assert_close(_value_and_grads(got, a, p), _value_and_grads(want, ac, pc), rtol=1e-9, atol=1e-10)
-    q, k = a[:6], a[6:].detach()
-    got = attentionnce_mocov3_loss_func(q, k, p, 0.2, 1.0, 0.5, weighting, **options)
-    qc, pc = q.detach().cpu().requires_grad_(), p.detach().cpu().requires_grad_()
-    want = reference.mocov3_form(qc, k.cpu(), pc, 0.2, 1.0, 0.5, True, labels=lab, **row)
-    assert_close(_value_and_grads(got, q, p), _value_and_grads(want, qc, pc), rtol=1e-9, atol=1e-10)
+    moco = _forms_match_reference(
+        6, 3, 2, (0.2, 1.0, 0.5), weighting, device, True, labels, tau_neg
+    )
     if labels and len(set(labels)) == 1:
-        assert float(got.detach()) == 0.0
+        assert float(moco) == 0.0
 
 
 @pytest.mark.parametrize("tau,d_neg", [(0.5, 0.5), (0.2, 1.0), (0.2, 0.3), (0.1, 10.0)])
@@ -172,28 +166,23 @@ def test_mocov3_form_without_positive_keys_is_solo_learns_mocov3():
 
 
 @pytest.mark.parametrize("weighting", WEIGHTINGS)
-def test_both_scales_to_infinity_give_infonce_with_the_mean_prototype(weighting):
-    """d_neg -> inf: beta = 1 + K * 1e-6, InfoNCE's negatives up to that term; d_pos -> inf:
-    alpha = 1/M."""
+def test_limits_of_the_scales(weighting):
+    """d_pos, d_neg -> inf: InfoNCE with the mean prototype (alpha = 1/M; beta = 1 + K * 1e-6, not
+    1); d_pos -> 0: only the most similar positive counts; M = 1: d_pos has nothing to weigh."""
     a, p, idx = _inputs(6, 4, 2, seed=8)
-    want = reference.simclr_form(a, p, idx, 0.3, None, None)  # alpha = 1/M, beta = 1
+    want = reference.simclr_form(a, p, idx, 0.3, None, None)
     got = attentionnce_loss_func(a, p, idx, 0.3, 1e12, 1e12, weighting)
     assert_close(got, want, rtol=1e-4, atol=1e-6)
-
-
-def test_d_pos_to_zero_and_a_single_positive():
     a, p, idx = _inputs(5, 4, 2)
-    # d_pos -> 0: one anchor view, and only its most similar positive counts.
-    a1 = a[:5]
+    a1 = a[:5]  # one anchor view
     sims = torch.einsum("bd,bmd->bm", F.normalize(a1, dim=1), F.normalize(p, dim=2))
     best = p[torch.arange(5), sims.argmax(1)].unsqueeze(1)
-    got = attentionnce_loss_func(a1, p, idx, 0.5, 1e-6, 2.0)
-    assert_close(got, attentionnce_loss_func(a1, best, idx, 0.5, 1.0, 2.0))
-    # M = 1: d_pos has nothing to weigh.
+    got = attentionnce_loss_func(a1, p, idx, 0.5, 1e-6, 2.0, weighting)
+    assert_close(got, attentionnce_loss_func(a1, best, idx, 0.5, 1.0, 2.0, weighting))
     one = p[:, :1]
-    want = reference.simclr_form(a, one, idx, 0.5, None, 2.0)
+    want = reference.simclr_form(a, one, idx, 0.5, None, 2.0, neg_weighting=weighting)
     for d_pos in (0.05, 1.0, 1e6):
-        assert_close(attentionnce_loss_func(a, one, idx, 0.5, d_pos, 2.0), want)
+        assert_close(attentionnce_loss_func(a, one, idx, 0.5, d_pos, 2.0, weighting), want)
 
 
 def test_finite_and_exact_where_exp_space_overflows():
@@ -238,16 +227,6 @@ def test_half_precision_autocast_is_finite_fp32_and_close(dtype, device):
     assert_close(loss.detach().cpu().double(), want, rtol=1e-4, atol=1e-3)
 
 
-def test_repeated_sample_and_other_view_are_never_negatives():
-    a, p, idx = _inputs(5, 3, 2)
-    idx = torch.tensor([7, 3, 9, 7, 4])  # image 3 is image 0 again (a padding sampler)
-    got, w = attentionnce_loss_func(a, p, idx, 0.5, 1.0, 0.5, return_attention=True)
-    rows = idx.repeat(2)
-    assert torch.equal(w.valid, rows[:, None] != rows[None, :])
-    assert not w.valid[0, [0, 3, 5, 8]].any() and w.valid[0, [1, 2, 4, 6, 7, 9]].all()
-    assert_close(got, reference.simclr_form(a, p, idx, 0.5, 1.0, 0.5))
-
-
 @pytest.mark.parametrize("views", [1, 2])
 def test_one_image_has_zero_loss_and_zero_gradients(views):
     a, p, idx = _inputs(1, 3, views)
@@ -263,10 +242,14 @@ def test_one_image_has_zero_loss_and_zero_gradients(views):
 def test_attention_weights_follow_the_formula():
     a, p, idx = _inputs(4, 3, 2, seed=5)
     tau, d_pos, d_neg = 0.5, 0.7, 0.3
-    idx = torch.tensor([1, 2, 1, 3])  # rows of image 0 and 2 have 8 - 4 = 4 negatives, others 6
-    _, w = attentionnce_loss_func(a, p, idx, tau, d_pos, d_neg, return_attention=True)
+    # Image 2 is image 0 again (a padding sampler): their rows have 8 - 4 = 4 negatives, others 6.
+    idx = torch.tensor([1, 2, 1, 3])
+    loss, w = attentionnce_loss_func(a, p, idx, tau, d_pos, d_neg, return_attention=True)
+    assert_close(loss, reference.simclr_form(a, p, idx, tau, d_pos, d_neg))
     an, pn = F.normalize(a.detach(), dim=1), F.normalize(p.detach(), dim=2)
-    rows = idx.repeat(2)
+    rows = idx.repeat(2)  # neither the repeated sample nor the other view is a negative
+    assert torch.equal(w.valid, rows[:, None] != rows[None, :])
+    assert w.valid[0].tolist() == [False, True, False, True] * 2
     for i in range(8):
         s = pn[i % 4] @ an[i]
         assert_close(w.alpha[i], torch.exp(s / d_pos) / torch.exp(s / d_pos).sum())
@@ -381,19 +364,18 @@ def _slices(rank, world, a, p, idx):
     return a.view(2, world * B_LOCAL, -1)[:, sl].reshape(2 * B_LOCAL, -1), p[sl], idx[sl]
 
 
-def _losses_and_grads(a, p, idx, labels=None):
-    """Both forms' losses and gradients; MoCo's query and key are the two views."""
-    q, k = a[: len(idx)].clone().requires_grad_(), a[len(idx) :]
-    a, p = a.clone().requires_grad_(), p.clone().requires_grad_()
-    loss = attentionnce_loss_func(a, p, idx, 0.2, 2.0, 0.3, labels=labels)
-    mloss = attentionnce_mocov3_loss_func(q, k, p.detach(), 0.2, 2.0, 0.3, labels=labels)
-    grads = torch.autograd.grad(loss, (a, p)) + torch.autograd.grad(mloss, q)
-    return [loss.detach(), mloss.detach(), *grads]
-
-
 def _all(a, p, idx):
-    """Without labels, then with the same-class oracle (classes from the dataset index)."""
-    return _losses_and_grads(a, p, idx) + _losses_and_grads(a, p, idx, idx % 3)
+    """Both forms' losses and gradients (MoCo's query and key: the two views), without labels, then
+    with the same-class oracle (classes from the dataset index)."""
+    out = []
+    for labels in (None, idx % 3):
+        q, k = a[: len(idx)].clone().requires_grad_(), a[len(idx) :]
+        ac, pc = a.clone().requires_grad_(), p.clone().requires_grad_()
+        loss = attentionnce_loss_func(ac, pc, idx, 0.2, 2.0, 0.3, labels=labels)
+        mloss = attentionnce_mocov3_loss_func(q, k, p, 0.2, 2.0, 0.3, labels=labels)
+        grads = torch.autograd.grad(loss, (ac, pc)) + torch.autograd.grad(mloss, q)
+        out += [loss.detach(), mloss.detach(), *grads]
+    return out
 
 
 def _worker(rank, world, store, out, device):
