@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
+from helpers.datasets import write_folders
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -30,16 +29,6 @@ def device(request: pytest.FixtureRequest) -> torch.device:
 
 @pytest.fixture(scope="session")
 def tiny_image_folder(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
-    """``{"train": <5 classes x 4 images>, "val": <5 x 2>}``, 40x40 PNGs; 5 classes because
-    solo-learn's ``main_linear.py`` computes top-5 accuracy unguarded."""
-    root = tmp_path_factory.mktemp("tiny_images")
-    rng = np.random.default_rng(0)
-    for split, per_class in (("train", 4), ("val", 2)):
-        for k in range(5):
-            (root / split / f"class{k}").mkdir(parents=True)
-            for i in range(per_class):
-                pixels = rng.integers(0, 256, size=(40, 40, 3))  # larger than every test crop
-                # A per-class colour cast keeps the classes separable for the linear probe.
-                pixels[..., k % 3] = np.clip(pixels[..., k % 3] + 80, 0, 255)
-                Image.fromarray(pixels.astype("uint8")).save(root / f"{split}/class{k}/{i}.png")
+    """``{"train": <5 classes x 4 images>, "val": <5 x 2>}``, 40x40 PNGs (helpers.datasets)."""
+    root = write_folders(tmp_path_factory.mktemp("tiny_images"))
     return {"train": root / "train", "val": root / "val"}
