@@ -90,7 +90,7 @@ def test_solo_learn_still_has_what_the_plugin_relies_on(where):
     assert not missing, f"solo-learn's {where} no longer holds {missing}"
 
 
-def test_register_adds_new_names_in_place_and_is_idempotent():
+def test_register_adds_new_names_in_place_is_idempotent_and_never_overwrites(monkeypatch):
     registry, backbones = solo.methods.METHODS, BaseMethod._BACKBONES
     own = dict(registry)
     register()
@@ -101,39 +101,31 @@ def test_register_adds_new_names_in_place_and_is_idempotent():
     assert backbones["cifar_resnet50"] is BACKBONES["cifar_resnet50"]
     # The methods' steps skip to these.
     assert MoCoV3.__mro__[1] is BaseMomentumMethod and SimCLR.__mro__[1] is BaseMethod
-
-
-def test_someone_elses_entry_is_never_overwritten(monkeypatch):
-    monkeypatch.setitem(solo.methods.METHODS, "attentionnce", SimCLR)
+    monkeypatch.setitem(registry, "attentionnce", SimCLR)  # someone else's entry
     with pytest.raises(RuntimeError, match="already.*not overwriting"):
         register()
 
 
-def _compose(*overrides: str):
-    return compose("pretrain/cifar/attentionnce.yaml", ["data.dataset=custom", *overrides])
-
-
-def test_wrapper_leaves_solo_learns_own_methods_alone(tiny_image_folder):
-    cfg = _compose(f"data.train_path={tiny_image_folder['train']}", "~data.val_path")
-    cfg.method = "simclr"
+def test_wrapper_sets_the_crop_roles_only_and_leaves_solo_learns_methods_alone(tiny_image_folder):
+    train = f"data.train_path={tiny_image_folder['train']}"
+    compose_cifar = lambda *o: compose(  # noqa: E731
+        "pretrain/cifar/attentionnce.yaml", ["data.dataset=custom", train, *o]
+    )
     wrapped = wrap_parse_cfg(pretrain_args.parse_cfg)
     assert wrap_parse_cfg(wrapped) is wrapped
-    assert wrapped(copy.deepcopy(cfg)) == pretrain_args.parse_cfg(copy.deepcopy(cfg))
-
-
-def test_wrapper_sets_the_crop_roles_only(tiny_image_folder):
-    train = f"data.train_path={tiny_image_folder['train']}"
-    given = _compose(train, "++method_kwargs.d_negg=2")
+    simclr = compose_cifar("~data.val_path")
+    simclr.method = "simclr"
+    assert wrapped(copy.deepcopy(simclr)) == pretrain_args.parse_cfg(copy.deepcopy(simclr))
+    given = compose_cifar("++method_kwargs.d_negg=2")
     method_kwargs = OmegaConf.to_container(given.method_kwargs, resolve=True)
-    cfg = wrap_parse_cfg(pretrain_args.parse_cfg)(given)
+    cfg = wrapped(given)
     assert (cfg.data.num_large_crops, cfg.data.num_small_crops) == (2, 4)  # solo-learn: (6, 0)
     # The settings are the method's to read (its add_and_assert_specific_cfg), not the wrapper's.
     assert OmegaConf.to_container(cfg.method_kwargs) == method_kwargs
     with pytest.raises(MethodConfigError, match="method_kwargs.d_negg"):
         METHODS[cfg.method](cfg)
-    bad = _compose(train, "augmentations.0.num_crops=3")
     with pytest.raises(MethodConfigError, match="the anchors are the first 2 crops"):
-        wrap_parse_cfg(pretrain_args.parse_cfg)(bad)
+        wrapped(compose_cifar("augmentations.0.num_crops=3"))
 
 
 def test_callback_wraps_only_main_pretrains_parse_cfg():
