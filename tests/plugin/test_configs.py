@@ -71,9 +71,11 @@ def test_linear_config_composes(path):
         assert (cfg.optimizer.name, cfg.optimizer.lr, cfg.backbone.name) == want
 
 
-def test_the_docs_name_every_config_family_that_wants_several_gpus():
-    """A user with one GPU learns from docs/usage.md which configs ask for more and what
-    ``devices=[0]`` changes."""
+def test_the_docs_say_what_the_gpu_count_changes():
+    """docs/usage.md names the config families that ask for several GPUs, what ``devices=[0]``
+    changes, and a multi-node example where each node has its own rank (a hard-coded NODE_RANK=0
+    gives two nodes the same ranks); docs/design.md says each process ranks its own at most 2,048
+    validation images."""
     usage = (config_dir().parents[1] / "docs" / "usage.md").read_text()
     several = set()
     for path in PRETRAIN:
@@ -82,17 +84,8 @@ def test_the_docs_name_every_config_family_that_wants_several_gpus():
             several.add(path.parent.name)
             assert f"`{path.parent.name}`" in usage, path
     assert several and "`'devices=[0]'`" in usage and "halve" in usage
-
-
-def test_the_multi_node_example_gives_each_node_its_own_rank():
-    """Run as written on every node, a hard-coded NODE_RANK=0 gives two nodes the same ranks."""
-    usage = (config_dir().parents[1] / "docs" / "usage.md").read_text()
     assert "++num_nodes=2" in usage and "NODE_RANK=$THIS_NODE" in usage
     assert "NODE_RANK=0 " not in usage
-
-
-def test_the_effective_rank_says_it_depends_on_the_gpu_count():
-    """Each process ranks its own at most 2,048 validation images: docs/design.md says so."""
     design = (config_dir().parents[1] / "docs" / "design.md").read_text()
     row = next(line for line in design.splitlines() if line.startswith("| `val_repr_{feats,z}_eff"))
     assert "2,048" in row and "GPU count" in row and "same number of GPUs" in row
