@@ -1,6 +1,5 @@
-"""The methods in-process: solo-learn's own SimCLR and MoCo v3 reproduced step for step by the
-loss switches, the AttentionNCE step against the loss on a hand-made forward, the positives' paths.
-Need solo-learn >= 1.0.6; they FAIL, not skip, without it."""
+"""The methods in-process, against solo-learn's own SimCLR and MoCo v3 and the loss on their
+forwards. Need solo-learn >= 1.0.6; they FAIL, not skip, without it."""
 
 from __future__ import annotations
 
@@ -11,6 +10,8 @@ from typing import List
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from attnce_plugin.install import require_solo
@@ -23,9 +24,9 @@ from helpers.configs import batches as make_batches  # noqa: E402
 from helpers.configs import compose_pretrain_cfg  # noqa: E402
 from solo.backbones.vit.vit_mocov3 import VisionTransformerMoCo  # noqa: E402
 
-from attnce_plugin.losses import attentionnce_loss_func  # noqa: E402
+from attnce_plugin.losses import attentionnce_loss_func, gather  # noqa: E402
 from attnce_plugin.methods import METHODS, AttentionNCE, MoCoV3AttentionNCE  # noqa: E402
-from attnce_plugin.methods.common import bn_running_stats_frozen  # noqa: E402
+from attnce_plugin.methods.common import AttentionNCECommon, bn_running_stats_frozen  # noqa: E402
 
 pytestmark = pytest.mark.integration  # trains through solo-learn
 
@@ -78,27 +79,25 @@ def _assert_trains_like_solo(ours, reference, batches, reference_crops: int) -> 
         assert torch.equal(v1, v2), f"after training, {k1} differs"
 
 
+#: The same-views baseline: solo-learn's SimCLR whose small crops are the 4 positives; its small
+#: crops update BatchNorm's running statistics.
+ALL_VIEWS = ("attentionnce_multicrop.yaml", "simclr_all_views")
+ALL_VIEWS_BN = ["method_kwargs.positives_update_bn=true"]
+
+
 @pytest.mark.parametrize(
     "config,loss,overrides,small_crops",
     [
         ("mocov3_attentionnce.yaml", "mocov3", ["method_kwargs.pred_hidden_dim=32"], 0),
         ("attentionnce.yaml", "simclr", [], 0),
-        # The same-views baseline: solo-learn's SimCLR whose small crops are the 4 positives; its
-        # small crops update BatchNorm's running statistics.
-        (
-            "attentionnce_multicrop.yaml",
-            "simclr_all_views",
-            ["method_kwargs.positives_update_bn=true"],
-            4,
-        ),
+        (*ALL_VIEWS, ALL_VIEWS_BN, 4),
     ],
 )
 def test_solo_learns_loss_is_solo_learns_method_step_for_step(
-    config, loss, overrides, small_crops, tiny_image_folder
+    config, loss, overrides, small_crops, pretrain_cfg
 ):
     """Our method and solo-learn's, same weights; solo-learn's sees ``small_crops`` positives."""
-    overrides = [f"++method_kwargs.loss={loss}", *overrides]
-    ours_cfg = compose_pretrain_cfg(config, tiny_image_folder["train"], overrides)
+    ours_cfg = pretrain_cfg(config, f"++method_kwargs.loss={loss}", *overrides)
     solo_cfg = copy.deepcopy(ours_cfg)
     solo_cfg.method = "mocov3" if loss == "mocov3" else "simclr"
     keep = ["proj_hidden_dim", "proj_output_dim", "temperature", "pred_hidden_dim"]
@@ -120,10 +119,9 @@ ORACLE = ["+method_kwargs.neg_temperature=0.15", "+method_kwargs.exclude_same_cl
     [("views", "logit", False), ("mean", "logit", False), ("views", "importance", True)],
 )
 def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, oracle, pretrain_cfg):
-    """training_step's loss == the online classifier's loss + attentionnce_loss_func of the
-    anchors' ``forward`` and the positives' ``multicrop_forward``, crop by crop, with the
-    settings by name (``neg_temperature``, and the batch's labels for ``exclude_same_class``);
-    logged beside it, the anchor views' alignment and log(K + 1) minus that loss, K = V*b - V."""
+    """training_step's loss == the online classifier's + the loss of the anchors' ``forward`` and
+    the positives' ``multicrop_forward`` with the settings by name (the batch's labels for
+    ``exclude_same_class``); logged: the views' alignment and log(K + 1) - loss, K = V*b - V."""
     overrides = [f"+method_kwargs.anchor={anchor}", f"method_kwargs.neg_weighting={weighting}"]
     cfg = pretrain_cfg("attentionnce.yaml", *overrides, *(ORACLE if oracle else []))
     model = AttentionNCE(cfg).eval()  # eval: BatchNorm and the forwards are deterministic
@@ -152,8 +150,18 @@ def test_attentionnce_step_is_the_loss_of_its_forwards(anchor, weighting, oracle
     torch.testing.assert_close(logged["train_repr_alignment"], alignment)
 
 
-def test_batched_positives_equal_per_crop_in_eval_mode(pretrain_cfg):
-    model = AttentionNCE(pretrain_cfg("attentionnce_multicrop.yaml")).eval()
+def test_positives_batched_or_per_crop_and_their_batchnorm_statistics(pretrain_cfg):
+    """positives_update_bn=false keeps BatchNorm's running statistics to the anchors; in eval
+    mode, batch_positives gives the per-crop forwards' values, one forward per crop size."""
+    model = AttentionNCE(pretrain_cfg("attentionnce_multicrop.yaml"))
+    bn = model.backbone.bn1
+    before = bn.running_mean.clone()
+    with bn_running_stats_frozen(model, True):
+        out = model.multicrop_forward(torch.randn(4, 3, 16, 16) * 5 + 3)
+    assert torch.equal(bn.running_mean, before) and out["z"].requires_grad
+    model.multicrop_forward(torch.randn(4, 3, 16, 16) * 5 + 3)
+    assert not torch.equal(bn.running_mean, before)  # unfrozen: solo-learn's behaviour
+    model.eval()
     crops = make_batches(1, 6, small=16)[0][1][2:]
     crops[1] = crops[1][:, :, :12, :12]  # two sizes: one forward per size
     calls: List[tuple] = []
@@ -165,17 +173,6 @@ def test_batched_positives_equal_per_crop_in_eval_mode(pretrain_cfg):
         batched = model.forward_positives(forward, crops, "z")
     assert sorted(calls) == [(4, 3, 12, 12), (12, 3, 16, 16)]
     torch.testing.assert_close(batched, per_crop)
-
-
-def test_positives_update_bn_false_keeps_running_statistics_to_the_anchors(pretrain_cfg):
-    model = AttentionNCE(pretrain_cfg("attentionnce_multicrop.yaml"))
-    bn = model.backbone.bn1
-    before = bn.running_mean.clone()
-    with bn_running_stats_frozen(model, True):
-        out = model.multicrop_forward(torch.randn(4, 3, 16, 16) * 5 + 3)
-    assert torch.equal(bn.running_mean, before) and out["z"].requires_grad
-    model.multicrop_forward(torch.randn(4, 3, 16, 16) * 5 + 3)
-    assert not torch.equal(bn.running_mean, before)  # unfrozen: solo-learn's behaviour
 
 
 MOCO_SMALL = ["augmentations.2.crop_size=16", "method_kwargs.pred_hidden_dim=32"]
@@ -232,11 +229,6 @@ def test_the_oracle_refuses_unlabeled_images_naming_the_key(config, pretrain_cfg
 
 def _log_attention_worker(rank, world, store, out):
     """Rank 1's images are all unlabeled: both ranks must log the same keys and values."""
-    import torch.distributed as dist
-
-    from attnce_plugin.losses import attentionnce_loss_func, gather
-    from attnce_plugin.methods.common import AttentionNCECommon
-
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         g = torch.Generator().manual_seed(rank)
@@ -253,8 +245,6 @@ def _log_attention_worker(rank, world, store, out):
 
 
 def test_every_process_logs_the_same_attention_keys(tmp_path, monkeypatch):
-    import torch.multiprocessing as mp
-
     monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))  # spawn imports tests.plugin.*
     mp.spawn(_log_attention_worker, (2, str(tmp_path / "store"), str(tmp_path)), nprocs=2)
     logged = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
