@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import List, Sequence
 
 import pytest
 import torch
@@ -50,27 +50,28 @@ def run_script(argv: Sequence[str], cwd: Path, *, threads: int = 2, check: bool 
     return proc
 
 
-@pytest.fixture(scope="module")
-def cifar_run(tiny_image_folder, tmp_path_factory) -> Dict[str, Path]:
-    """One paper-setting run (2 anchors + 4 positives at 32 px) with validation, shared by the
-    tests that read its checkpoint."""
-    cwd = tmp_path_factory.mktemp("cifar_run")
-    record = cwd / "run.jsonl"
+def test_paper_setting_trains_logs_the_diagnostics_and_rebuilds_from_args_json(
+    tiny_image_folder, tmp_path
+):
+    """2 anchors + 4 positives at 32 px, with validation; the checkpoint rebuilds from its
+    args.json as main_knn.py:124-133 and the benchmark's probes rebuild a method."""
+    record = tmp_path / "run.jsonl"
     argv = pretrain_argv(
-        "cifar", "attentionnce.yaml", tiny_image_folder, cwd / "ckpt", validate=True, record=record
+        "cifar",
+        "attentionnce.yaml",
+        tiny_image_folder,
+        tmp_path / "ckpt",
+        validate=True,
+        record=record,
     )
-    run_script(argv + ["++method_kwargs.attention_log_every=1"], cwd)
-    (ckpt,) = (cwd / "ckpt").rglob("*.ckpt")
-    return {"ckpt": ckpt, "record": record}
-
-
-def test_paper_setting_trains_and_logs_the_diagnostics(cifar_run):
-    args = json.loads((cifar_run["ckpt"].parent / "args.json").read_text())
+    run_script(argv + ["++method_kwargs.attention_log_every=1"], tmp_path)
+    (ckpt,) = (tmp_path / "ckpt").rglob("*.ckpt")
+    args = json.loads((ckpt.parent / "args.json").read_text())
     assert (args["data"]["num_large_crops"], args["data"]["num_small_crops"]) == (2, 4)
     kw = args["method_kwargs"]
     # The choices as plain strings, the defaults filled in (the config sets no loss, no anchor).
     assert (kw["d_pos"], kw["d_neg"], kw["loss"], kw["anchor"]) == (1, 10, "attentionnce", "views")
-    (epoch,) = read_events(cifar_run["record"], "epoch")
+    (epoch,) = read_events(record, "epoch")
     logged = "train_nce_loss train_attn_eff_num_positives train_attn_max_beta val_acc1 "
     logged += "train_attn_eff_num_negatives train_repr_alignment train_repr_mi_bound "
     logged += "val_repr_feats_eff_rank val_repr_z_uniformity"
@@ -79,17 +80,11 @@ def test_paper_setting_trains_and_logs_the_diagnostics(cifar_run):
     # M = 4; K = 2 * 4 images - 2 = 6 negatives per anchor (batch 4).
     assert 1.0 <= epoch["train_attn_eff_num_positives"] <= 4.0 + 1e-4
     assert 1.0 <= epoch["train_attn_eff_num_negatives"] <= 6.0 + 1e-3
-    losses = [r["loss"] for r in read_events(cifar_run["record"], "step")]
+    losses = [r["loss"] for r in read_events(record, "step")]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
-
-
-def test_checkpoint_rebuilds_from_its_args_json(cifar_run):
-    """As main_knn.py:124-133 and the benchmark's probes rebuild a method: from args.json."""
     register()
-    args = json.loads((cifar_run["ckpt"].parent / "args.json").read_text())
     model = METHODS[args["method"]](OmegaConf.create(args))
-    state = torch.load(cifar_run["ckpt"], map_location="cpu", weights_only=False)["state_dict"]
-    model.load_state_dict(state)
+    model.load_state_dict(torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"])
     assert model.num_positive_crops == 4 and model.kwargs.d_neg == 10
 
 
