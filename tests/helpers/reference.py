@@ -1,13 +1,11 @@
 """Plain float64 implementations of the published AttentionNCE formulas, one anchor at a time.
 
 Written straight from the paper's equations (docs in ../shared/docs/attentionnce.md), in exp space
-and with explicit loops, sharing no code with attnce_plugin: the tests compare the package against
-these. alpha and beta are computed from detached similarities, which is how the published formula
-is differentiated (stop-gradient on the attention). ``neg_weighting="importance"`` puts beta
-outside the exponent (``beta * exp(n / tau)``) instead of in it (``exp(beta * n / tau)``), and
-:func:`hcl_row_loss` is HCL's estimator (Robinson et al., ICLR 2021, joshr17/HCL ``image/main.py``)
-as that paper writes it. ``log_space=True`` takes the same ratio as a log-sum-exp, for the cases
-where the published exp-space order overflows even float64."""
+and with explicit loops, sharing no code with attnce_plugin. alpha and beta come from detached
+similarities: the published formula's stop-gradient on the attention. ``neg_weighting="importance"``
+puts beta outside the exponent (``beta * exp(n / tau)``); :func:`hcl_row_loss` is HCL's estimator
+(Robinson et al., ICLR 2021, joshr17/HCL ``image/main.py``); ``log_space=True`` takes the same
+ratio as a log-sum-exp, where the published exp-space order overflows even float64."""
 
 from __future__ import annotations
 
