@@ -1,10 +1,7 @@
 """scripts/gpu_check.sh: ``prepare`` builds the bundle, ``run --cpu`` runs every command of the GPU
-check on this CPU under the bundle's Lightning (the loss, main_pretrain.py for both forms with
-validation, main_linear.py on the checkpoint, the marked tests narrowed to the one below, as the
-others run in this suite; the step cost of two methods; attnce-knn and DALI need CUDA) and leaves
-its tables under $OUT; without the bundle ``run`` stops at once, saying what to run. No network:
-the wheel cache that ``prepare`` would fill from PyPI is built here from the installed
-distributions of the pinned versions."""
+check on this CPU under the bundle's Lightning and leaves its tables under $OUT; without the bundle
+``run`` stops at once, saying what to run. No network: the wheel cache that ``prepare`` would fill
+from PyPI is built here from the installed distributions of the pinned versions."""
 
 from __future__ import annotations
 
@@ -65,15 +62,8 @@ def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
     bundle = REPO / ".gpucheck"
     assert (bundle / "solo-learn" / "solo" / "methods" / "mocov3.py").is_file()
     wheels = {p.name.split("-")[0] for p in (bundle / "wheels").glob("*.whl")}
-    want = {
-        "omegaconf",
-        "hydra_core",
-        "antlr4_python3_runtime",
-        "torchmetrics",
-        "lightning",
-        "pytest",
-    }
-    assert want <= wheels
+    want = "omegaconf hydra_core antlr4_python3_runtime torchmetrics lightning pytest".split()
+    assert set(want) <= wheels
     assert len(list((bundle / "data" / "val").rglob("*.png"))) == 48
     size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
     assert size <= 48 * 2**20
