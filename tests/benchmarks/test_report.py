@@ -54,6 +54,11 @@ def test_readme_and_results_doc_hold_exactly_the_reports_tables() -> None:
     for line in report.verdicts_markdown(lines).splitlines():
         if line.startswith(("- ", "| ")):
             assert line in results, line
+    two = [ln for ln in report.two_by_two_markdown(lines).splitlines() if ln.startswith("|")]
+    assert "\n".join(two) in (ROOT / "README.md").read_text() and "\n".join(two) in results
+    # the 2x2's rows are what they say: R 1.00 where balanced, 1.33 where not (the paper's R)
+    cells = {ln.split(" | ")[0][2:]: ln.split(" | ")[1:] for ln in two[2:]}
+    assert all("R 1.00" in c for c in cells["balanced"]) and "R 1.33" in cells["unbalanced"][0]
 
 
 def test_every_markdown_table_has_as_many_cells_as_its_header() -> None:
