@@ -103,7 +103,8 @@ def make_budget(args: argparse.Namespace, chosen: table.Preset, out: Path) -> ru
             raise ValueError(f"--data {chosen.data} needs --data-dir (the folder holding it)")
         root = Path(args.data_dir).expanduser().resolve()
         DATASETS[chosen.data].check(root, chosen.data)
-        subsets = f"{chosen.num_train or 'all'} train, {chosen.num_val or 'all'} validation"
+        n_train = chosen.num_train or DATASETS[chosen.data].probe_cap or "all"
+        subsets = f"{n_train} train, {chosen.num_val or 'all'} validation"
         note = f"{chosen.data} in {root}: pretraining on its train split as solo-learn reads it; "
         note += f"probed on {subsets} images (class-stratified)"
         return runner.Budget(chosen.data, root, note, chosen, args.offline_probe)

@@ -92,14 +92,15 @@ def prepare_fashion_mnist(
 class Dataset:
     """A ``--data`` choice: the folder of our configs (``pretrain/<family>/``) and of solo-learn's
     (``scripts/pretrain/<solo_family>/``, None where it ships none), solo-learn's ``data.dataset``,
-    the files ``--data-dir`` must hold, and whether train and val are folders under it (else
-    torchvision's root of both splits)."""
+    the files ``--data-dir`` must hold, whether train and val are folders under it (else
+    torchvision's root of both splits), and how many train images the probes take by default."""
 
     family: str
     solo_family: Optional[str]
     solo_name: str
     expected: Tuple[str, ...]
     folders: bool = False
+    probe_cap: Optional[int] = None  # train images probed without --num-train
 
     def paths(self, root: Path) -> Tuple[Path, Path]:
         """(``data.train_path``, ``data.val_path``) under ``root``."""
@@ -143,9 +144,12 @@ DATASETS = {
         tuple(f"cifar-100-python/{f}" for f in ("meta", "train", "test")),
     ),
     "stl10": Dataset("stl10", None, "stl10", (*STL10, "stl10_binary/unlabeled_X.bin")),
-    "imagenet100": Dataset("imagenet-100", "imagenet-100", "imagenet100", ("train", "val"), True),
+    # At 224 px the raw pixels of 10,000 images take 6 GB.
+    "imagenet100": Dataset(
+        "imagenet-100", "imagenet-100", "imagenet100", ("train", "val"), True, 10_000
+    ),
     # solo-learn's custom/ holds BYOL alone; its ImageNet-100 configs are the same recipes.
-    "folder": Dataset("custom", "imagenet-100", "custom", ("train", "val"), True),
+    "folder": Dataset("custom", "imagenet-100", "custom", ("train", "val"), True, 10_000),
 }
 
 

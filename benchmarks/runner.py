@@ -69,10 +69,11 @@ class Budget:
         return DATASETS[self.data]
 
     def splits(self, transform: Any) -> Tuple[Any, Any]:
-        """The probes' train and validation images: class-stratified subsets of ``num_train`` and
-        ``num_val`` (all where None)."""
+        """The probes' train and validation images: class-stratified subsets of ``num_train`` (the
+        data set's cap where None) and ``num_val`` (all where None)."""
         train, val = self.spec.splits(self.root, transform)
-        return subset(train, self.settings.num_train), subset(val, self.settings.num_val)
+        n_train = self.settings.num_train or self.spec.probe_cap
+        return subset(train, n_train), subset(val, self.settings.num_val)
 
 
 def parse_set(text: str) -> str:
