@@ -89,7 +89,7 @@ def settings(args: argparse.Namespace) -> table.Preset:
     given = {
         k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if v not in (None, [])
     }
-    sets = preset.sets + tuple(args.sets) + tuple(args.raw)
+    sets = preset.sets + tuple(map(runner.parse_set, args.sets)) + tuple(args.raw)
     return dataclasses.replace(preset, **dict(given, sets=sets))
 
 

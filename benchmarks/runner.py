@@ -77,20 +77,17 @@ class Budget:
 
 
 def parse_set(text: str) -> str:
-    """The Hydra override of ``--set KEY=VALUE`` (``++KEY=VALUE``), or of a raw one after ``--``
-    (``+KEY=VALUE``, ``~KEY``, ``group=option``: as given)."""
-    if text.startswith(("+", "~")):
-        return text
+    """The Hydra override ``++KEY=VALUE`` of ``--set KEY=VALUE``."""
     key, eq, value = text.partition("=")
-    if not eq or not key.strip():
+    if not eq or not key.strip().lstrip("+"):
         raise ValueError(f"--set {text!r}: expected KEY=VALUE")
-    return f"++{key.strip()}={value.strip()}"
+    return f"++{key.strip().lstrip('+')}={value.strip()}"
 
 
-def device_overrides(data: Dataset) -> List[str]:
-    """One CPU process (devices "1": solo-learn takes its len) without loader workers (on 2 cores they cost more than they save); or
-    every visible GPU (DDP where several), bf16, the config's data format where DALI is installed
-    (else image folders)."""
+def device_overrides() -> List[str]:
+    """One CPU process (devices "1": solo-learn takes its len) without loader workers (on 2 cores
+    they cost more than they save); or every visible GPU (DDP where several), bf16, the config's
+    data format where DALI is installed (else image folders)."""
     import torch
 
     n, dali = torch.cuda.device_count(), importlib.util.find_spec("nvidia.dali") is not None
@@ -109,7 +106,7 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
     spec, data, chosen = method_of(run.row.method), budget.spec, budget.settings
     train, val = data.paths(budget.root)
     out = [*spec.overrides, f"++data.dataset={data.solo_name}"]
-    out += [f"++data.train_path={train}", f"++data.val_path={val}", *device_overrides(data)]
+    out += [f"++data.train_path={train}", f"++data.val_path={val}", *device_overrides()]
     if not spec.solo:
         scale = chosen.crop_min_scale
         pipelines = 3 if spec.config.startswith("mocov3") else 1  # solo reads one per pipeline
@@ -117,14 +114,14 @@ def overrides(run: Run, budget: Budget, run_dir: Path) -> List[str]:
         if scale is not None:
             out += [f"++augmentations.{i}.rrc.crop_min_scale={scale}" for i in range(pipelines)]
             out += [f"++views.positive_min_scale={scale}"] if pipelines == 1 else []
-        out += [parse_set(x) for x in chosen.recipe]
+        out += chosen.recipe
     out += [f"++name={run.row.method}-{budget.data}-seed{run.seed}", f"++seed={run.seed}"]
     out += [f"++max_epochs={run.epochs}", f"++optimizer.batch_size={chosen.batch_size}"]
     warmup = chosen.warmup_epochs
     out += [f"++scheduler.warmup_epochs={warmup}"] if warmup is not None else []
     out += ["++knn_eval.enabled=True", "++knn_eval.k=20", f"++checkpoint.dir={run_dir / 'ckpt'}"]
     out += ["++checkpoint.keep_prev=False", "++auto_resume.enabled=False", "++wandb.enabled=False"]
-    out += ["++enable_progress_bar=False", *map(parse_set, chosen.sets)]
+    out += ["++enable_progress_bar=False", *chosen.sets]
     return out + list(run.row.overrides)
 
 

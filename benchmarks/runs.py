@@ -195,8 +195,8 @@ class Preset:
     data: str = "fashion-mnist"  # a benchmarks.data.DATASETS name
     variant: str = ""  # our configs' name suffix: "_paper" is the authors' recipe
     crop_min_scale: Optional[float] = None  # our methods' crops' RandomResizedCrop minimum scale
-    recipe: Tuple[str, ...] = ()  # KEY=VALUE settings of our methods' configs
-    sets: Tuple[str, ...] = ()  # --set: Hydra overrides of every run, after its own
+    recipe: Tuple[str, ...] = ()  # Hydra overrides of our methods' configs
+    sets: Tuple[str, ...] = ()  # --set and raw: Hydra overrides of every run, after its own
     warmup_epochs: Optional[int] = 1  # solo's 10 is longer than a CPU budget's whole run
     show_reference: bool = False  # end by printing the committed reference tables
 
@@ -222,7 +222,7 @@ class Preset:
 
 
 #: Our recipe on Fashion-MNIST: a milder crop and temperature 0.2, screened on SimCLR.
-RECIPE = dict(crop_min_scale=0.5, recipe=("method_kwargs.temperature=0.2",))
+RECIPE = dict(crop_min_scale=0.5, recipe=("++method_kwargs.temperature=0.2",))
 DEMO = "the demo (~5 min on 2 CPU cores, below the learning regime), then the reference's "
 DEMO += "committed tables"
 EVERY = "every method and control, 3 seeds: ~40 h on 2 CPU cores, run in parts (--methods, --seeds;"
@@ -247,7 +247,7 @@ PRESETS: Dict[str, Preset] = {
         16,
         (0,),
         "tests: 1 epoch of 6 batches, numbers meaningless",
-        sets=("limit_train_batches=6",),
+        sets=("++limit_train_batches=6",),
     ),
     # The reference recipe on a fifth of its images, a seventh of its epochs, one seed.
     "default": Preset(

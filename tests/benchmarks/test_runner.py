@@ -82,7 +82,8 @@ def test_the_record_names_no_machine_folder_and_its_command_runs_with_them_named
 
 
 def test_set_values_come_late_and_yield_to_a_rows_own_settings(tmp_path):
-    b = _budget(tmp_path, "optimizer.lr=0.3", "method_kwargs.d_neg=1", "+extra=2")
+    sets = [runner.parse_set("optimizer.lr=0.3"), runner.parse_set("+method_kwargs.d_neg=1")]
+    b = _budget(tmp_path, *sets, "+extra=2", "trainer=cpu")  # raw ones as given: a group too
     att = runner.prepare(Run(Row("attentionnce", 4), 0, 1), b, tmp_path)
     row = runner.prepare(Run(Row("attentionnce", 4, (("d_neg", 3.0),)), 0, 1), b, tmp_path)
     assert att.resolved.optimizer.lr == row.resolved.optimizer.lr == 0.3
@@ -90,7 +91,7 @@ def test_set_values_come_late_and_yield_to_a_rows_own_settings(tmp_path):
     ovr = att.overrides  # after the budget's, before the row's; a raw override as given
     assert ovr.index("++max_epochs=1") < ovr.index("++method_kwargs.d_neg=1") < len(ovr) - 1
     assert att.resolved.extra == 2 and row.overrides[-1] == "++method_kwargs.d_neg=3.0"
-    for bad in ("no_equals", "=1"):
+    for bad in ("no_equals", "=1", "+=1"):
         with pytest.raises(ValueError, match="--set"):
             runner.parse_set(bad)
 
