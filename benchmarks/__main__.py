@@ -103,11 +103,11 @@ def make_budget(args: argparse.Namespace, chosen: table.Preset, out: Path) -> ru
             raise ValueError(f"--data {chosen.data} needs --data-dir (the folder holding it)")
         root = Path(args.data_dir).expanduser().resolve()
         DATASETS[chosen.data].check(root, chosen.data)
-        n_train = chosen.num_train or DATASETS[chosen.data].probe_cap or "all"
-        subsets = f"{n_train} train, {chosen.num_val or 'all'} validation"
-        note = f"{chosen.data} in {root}: pretraining on its train split as solo-learn reads it; "
-        note += f"probed on {subsets} images (class-stratified)"
-        return runner.Budget(chosen.data, root, note, chosen, args.offline_probe)
+        budget = runner.Budget(chosen.data, root, "", chosen, args.offline_probe)
+        subsets = f"{budget.num_train or 'all'} train, {chosen.num_val or 'all'} validation"
+        budget.note = f"{chosen.data} in {root}: pretraining on its train split as solo-learn "
+        budget.note += f"reads it; probed on {subsets} images (class-stratified)"
+        return budget
     cache = Path(args.data_cache).resolve() if args.data_cache else out / "data"
     n_train, n_val = chosen.num_train or 60000, chosen.num_val or 10000
     root = prepare_fashion_mnist(cache, n_train, n_val, image_size=runner.CROP)

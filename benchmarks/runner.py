@@ -72,8 +72,11 @@ class Budget:
         """The probes' train and validation images: class-stratified subsets of ``num_train`` (the
         data set's cap where None) and ``num_val`` (all where None)."""
         train, val = self.spec.splits(self.root, transform)
-        n_train = self.settings.num_train or self.spec.probe_cap
-        return subset(train, n_train), subset(val, self.settings.num_val)
+        return subset(train, self.num_train), subset(val, self.settings.num_val)
+
+    @property
+    def num_train(self) -> Optional[int]:
+        return self.settings.num_train or self.spec.probe_cap
 
 
 def parse_set(text: str) -> str:
