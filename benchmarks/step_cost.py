@@ -8,7 +8,9 @@ MoCo v3 and AttentionNCE's MoCo form, each beside its baseline::
 A method row: the shipped ``pretrain/custom/`` config with the run table's overrides, built as
 ``main_pretrain.py`` builds it, trained through Lightning on one fixed batch of random crops:
 ``--warmup`` steps, then ``--rounds`` fits of ``--steps`` steps; s/step is the median fit's (range:
-min-max), its peak memory the run recorder's."""
+min-max), its peak memory the run recorder's. GFLOP/step: one more step under torch's
+``FlopCounterMode`` (forward, backward and the optimizer's step): its ratio to SimCLR's is the floor
+that the time ratio approaches where the step is compute-bound."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from omegaconf import OmegaConf
+from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.recorder import RunRecorder, read_records
 from benchmarks.report import table
@@ -99,6 +102,8 @@ def measure(method: str, args: argparse.Namespace, tmp: Path) -> Dict[str, Any]:
     batch = [torch.arange(args.batch_size, device=device), crops, targets.to(device)]
     if args.warmup:
         fit(model, cfg, batch, args.warmup, tmp / "record.jsonl")
+    with FlopCounterMode(display=False) as counted:
+        fit(model, cfg, batch, 1, tmp / "record.jsonl")
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     seconds = []
@@ -111,7 +116,7 @@ def measure(method: str, args: argparse.Namespace, tmp: Path) -> Dict[str, Any]:
         seconds.append(epoch["train_seconds"] / args.steps)
     peak = epoch["peak_cuda_mib" if device.type == "cuda" else "peak_rss_mib"]  # only grows
     row = {"method": method, "views": len(sizes), "precision": precision, "peak": peak}
-    row["config"] = config
+    row.update(config=config, gflop=counted.get_total_flops() / 1e9)
     return {**row, "s": statistics.median(seconds), "range": (min(seconds), max(seconds))}
 
 
@@ -125,14 +130,16 @@ def report(rows: Sequence[Dict], args: argparse.Namespace, argv: Sequence[str]) 
         f"after {args.warmup} warm-up steps; peak memory: {peak}"
     )
     cols = ["method", "config", "views", "precision", "s/step", "range", "images/s", "to simclr"]
-    cols += ["to its base", "peak MiB"]
+    cols += ["to its base", "peak MiB", "GFLOP/step", "FLOPs to simclr"]
     by, body = {r["method"]: r for r in rows}, []
     for r in rows:
         base = BASELINE[r["method"]]
         x = {k: f"{r['s'] / by[k]['s']:.2f}x" if k in by else "n/a" for k in ("simclr", base)}
         cells = [r["method"], r["config"], r["views"], r["precision"], f"{r['s']:.4f}"]
         cells += ["{:.4f}-{:.4f}".format(*r["range"]), f"{args.batch_size / r['s']:.1f}"]
-        body.append(cells + [x["simclr"], f"{x[base]} ({base})", f"{r['peak']:.0f}"])
+        flops = f"{r['gflop'] / by['simclr']['gflop']:.2f}x" if "simclr" in by else "n/a"
+        cells += [x["simclr"], f"{x[base]} ({base})", f"{r['peak']:.0f}", f"{r['gflop']:.1f}"]
+        body.append(cells + [flops])
     command = " ".join(["python3 -m benchmarks.step_cost", *argv])
     return f"<!-- {command} -->\n\n{head}\n\n{table(cols, body)}\n"
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnce_plugin.install import require_solo
 from benchmarks import step_cost
@@ -59,6 +60,21 @@ def test_a_tiny_cpu_run_prints_a_row_per_method_beside_its_baseline(capsys):
     assert float(method["peak MiB"]) > 0 and base_name == "(simclr)"
     # the table divides the unrounded seconds: the printed ones agree to their rounding
     assert float(ratio) == pytest.approx(seconds / float(base["s/step"]), rel=0.02)
+    # the FLOPs: the backbone's, forward and backward, dominate; 4 positives of 14 px (96 / 224 of
+    # 32) beside the 2 anchors of 32 px, against a plain torchvision ResNet-18's forwards
+    assert base["FLOPs to simclr"] == "1.00x" and float(base["GFLOP/step"]) > 0
+    forward = {s: _resnet18_flops(s) for s in (32, 14)}
+    want = (2 * forward[32] + 4 * forward[14]) / (2 * forward[32])
+    assert float(method["FLOPs to simclr"].rstrip("x")) == pytest.approx(want, rel=0.05)
+
+
+def _resnet18_flops(size: int) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+    from torchvision.models import resnet18
+
+    with FlopCounterMode(display=False) as counted:
+        resnet18().eval()(torch.zeros(1, 3, size, size))
+    return counted.get_total_flops()
 
 
 @pytest.mark.parametrize(

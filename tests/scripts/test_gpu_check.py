@@ -74,7 +74,7 @@ def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     summary = {r[0]: r for r in _table_rows(out / "summary.md")}
     names = ["env", "loss_sync", "pretrain_attentionnce_32", "pretrain_mocov3_attentionnce_32"]
-    names += ["linear", "tests", "step_cost_32", "step_cost_bf16-mixed"]
+    names += ["linear", "tests", "step_cost_32", "step_cost_bf16-mixed", "step_cost_multicrop"]
     assert list(summary) == names and all(summary[n][1] == "0" for n in names), summary
     env = (out / "env.log").read_text()
     assert "torchmetrics 0.11.4" in env and "lightning 2.1.2" in env  # the bundle's, first
@@ -84,6 +84,10 @@ def test_prepare_then_run_cpu_leaves_every_table(tmp_path):
         rows = _table_rows(out / f"{name}.md")
         assert [r[0] for r in rows] == ["simclr", "attentionnce"]
         assert {r[3] for r in rows} == {precision}
+    assert [r[1] for r in _table_rows(out / "step_cost_multicrop.md")] == [
+        "attentionnce",
+        "attentionnce_multicrop",
+    ]
 
 
 def test_run_without_the_bundle_says_to_prepare(tmp_path):
