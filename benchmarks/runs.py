@@ -7,10 +7,41 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, TypedDict
 
-#: A run's ``result.json``, as the runner writes and the report reads it.
-Result = Dict[str, Any]
+
+class Result(TypedDict, total=False):
+    """A run's ``result.json``, as the runner writes and the report reads it (records of older
+    runners also hold keys no code reads now: config_digest, curve, reused, offline_eff_rank,
+    offline_uniformity)."""
+
+    key: str  # its folder under <out>/runs/
+    label: str  # its row's label when it trained (the report words it anew: runs.label_of)
+    method: str  # a --methods name ("none" for the references)
+    comparison: str  # equal-epoch, ablation, equal-time or reference
+    seed: int
+    epochs: int
+    settings: List[str]  # the row's overrides, from which runs.row_of rebuilds its row
+    status: str  # ok, failed, skipped, running (killed while training) or incomplete (no result)
+    error: str
+    matched_to: Optional[str]  # an equal-time run: the row whose time it matches
+    epochs_done: int
+    wall_seconds: float
+    train_seconds: Optional[float]
+    seconds_per_epoch: Optional[float]
+    peak_mem_mib: Optional[float]
+    knn_acc1: Optional[float]  # solo-learn's online kNN and linear at the last epoch
+    linear_acc1: Optional[float]
+    offline_acc1: float  # benchmarks.probe's, of the last checkpoint
+    offline_knn_acc1: float
+    offline_l2: float
+    cpu: str
+    plugin_version: str
+    commit: str  # 40 hex digits, "-dirty" where the plugin's tracked code differed
+    resumed: Dict[str, Any]  # after_epoch and the commit of the part before
+    run_dir: str  # its folder on this machine (empty in the file)
+
+
 #: The attention off: d -> inf, the mean prototype and plain negatives.
 OFF = ("++method_kwargs.d_pos=1000000.0", "++method_kwargs.d_neg=1000000.0")
 NO_POSITIVES, LOSS = ("++views.num_positives=0",), "++method_kwargs.loss="
@@ -133,7 +164,7 @@ QUESTIONS: Tuple[Tuple[str, Row, Row], ...] = (
 )
 
 
-def row_of(result: Dict[str, Any]) -> Row:
+def row_of(result: Result) -> Row:
     """The :class:`Row` of a ``result.json``, from its method and its row's overrides."""
     m, kwargs = 0, []
     for setting in result.get("settings") or []:
@@ -145,7 +176,7 @@ def row_of(result: Dict[str, Any]) -> Row:
     return Row(result["method"], m, tuple(kwargs), result["comparison"])
 
 
-def identity(result: Dict[str, Any]) -> Optional[Tuple[Row, int]]:
+def identity(result: Result) -> Optional[Tuple[Row, int]]:
     """A trained run's (row, seed), from its record: how a record is found, whatever its folder's
     name (records filed under the older, label-derived keys included); None for the references."""
     if result["comparison"] not in ("equal-epoch", "ablation", "equal-time"):
@@ -153,7 +184,7 @@ def identity(result: Dict[str, Any]) -> Optional[Tuple[Row, int]]:
     return row_of(result), int(result["seed"])
 
 
-def label_of(result: Dict[str, Any]) -> str:
+def label_of(result: Result) -> str:
     """A record's row label as the code words it now (the recorded one where the row is not made
     from its record: equal-time rows, the references, incomplete runs)."""
     if result["comparison"] in ("equal-epoch", "ablation") and result["status"] != "incomplete":
