@@ -23,6 +23,7 @@ from benchmarks.runs import (
     QUESTIONS,
     TWO_BY_TWO,
     UNTRAINED,
+    Questions,
     Result,
     Row,
     controls,
@@ -306,16 +307,16 @@ def two_by_two_markdown(lines: Sequence[Line]) -> str:
 
 #: A family's name, and its comparisons (question, row a, row b) whose rows have records.
 Family = Tuple[str, List[Tuple[str, Line, Line]]]
-QUESTIONS_FAMILY, ABLATION = "the four questions", "ablation: "
+QUESTIONS_FAMILY, ABLATION = "the questions", "ablation: "
 
 
-def families(lines: Sequence[Line]) -> List[Family]:
+def families(lines: Sequence[Line], questions: Questions = QUESTIONS) -> List[Family]:
     """The families of paired comparisons, each named before its rows trained: the preset's
-    questions, the declared families (runs.FAMILIES), and each ablation row against its
+    ``questions``, the declared families (runs.FAMILIES), and each ablation row against its
     controls; a family's comparisons where both rows have records, families without any left
     out."""
     rows = {r.label: r for r in lines if r.seeds}
-    named = [(QUESTIONS_FAMILY, list(QUESTIONS))]
+    named = [(QUESTIONS_FAMILY, list(questions))]
     named += [(name, [("", a, b) for a, b in pairs]) for name, pairs in FAMILIES]
     for r in (r for r in lines if r.row is not None and r.seeds):
         named.append((f"{ABLATION}{r.label}", [("", r.row, c) for c in controls(r.row)]))
@@ -368,13 +369,15 @@ COUNTS = ["family", "lines (comparison x probe)", "paired (2+ common seeds)"]
 COUNTS += ["interval excludes 0", "survive Holm (within the family)"]
 
 
-def verdicts_markdown(lines: Sequence[Line], questions_only: bool = False) -> str:
+def verdicts_markdown(
+    lines: Sequence[Line], questions_only: bool = False, questions: Questions = QUESTIONS
+) -> str:
     """A line per comparison and probe, family by family: the paired 95 % interval, real when it
     excludes 0, marked where it survives Holm's correction within its family, and a real line's
     leave-one-seed-out count; each family's counts. ``questions_only``: the questions' lines and
     every family's counts. "" without pairs."""
     blocks, counts = [], []
-    for name, pairs in families(lines):
+    for name, pairs in families(lines, questions):
         out, row = _family_verdicts(name, pairs)
         counts.append(row)
         if out and (name == QUESTIONS_FAMILY or not questions_only):
@@ -384,12 +387,14 @@ def verdicts_markdown(lines: Sequence[Line], questions_only: bool = False) -> st
     return section("Verdicts", *blocks, table(COUNTS, counts))
 
 
-def bench_markdown(results: Sequence[Result], header: Sequence[str]) -> str:
+def bench_markdown(
+    results: Sequence[Result], header: Sequence[str], questions: Questions = QUESTIONS
+) -> str:
     lines = aggregate(results)
     md = ["# Benchmark results", "", *[f"- {h}" for h in header], ""]
     md += [section("Summary", summary_table(lines)), section("Runs", runs_table(lines))]
     md += [regime_markdown(lines), mechanism_markdown(lines), two_by_two_markdown(lines)]
-    md += [verdicts_markdown(lines)]
+    md += [verdicts_markdown(lines, questions=questions)]
     # "running" and "incomplete": a run killed before it finished; the same command resumes it.
     says = {"ok": "Note", "running": "INCOMPLETE", "incomplete": "INCOMPLETE"}
     notes = [

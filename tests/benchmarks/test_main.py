@@ -68,7 +68,7 @@ def test_smoke_end_to_end_then_reuse_then_the_reference(tmp_path: Path, capsys) 
     assert "| AttentionNCE (M=4) | 1 | 0 |" in printed  # the demo's own table
     tail = printed.split("# The real result")[1]  # then the committed reference's answer
     assert "- Is the attention itself responsible? AttentionNCE (M=4) minus" in tail
-    assert "| the four questions | 8 | 8 |" in tail and "| imbalance |" in tail
+    assert "| the questions | 8 | 8 |" in tail and "| imbalance |" in tail
     assert len(tail.strip().splitlines()) <= 40  # on one screen
 
 
