@@ -10,6 +10,8 @@ import pytest
 import torch
 from helpers.datasets import write_folders
 
+from attnce_plugin.install import require_solo
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     text = "device of the tests that take the `device` fixture (default cpu)"
@@ -17,6 +19,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    require_solo()  # most tests need solo-learn: without it, stop loudly with install steps
     # Asked for CUDA and none there: stop before any test, instead of testing the CPU again.
     if config.getoption("--device") == "cuda" and not torch.cuda.is_available():
         raise pytest.UsageError("--device cuda, but torch.cuda.is_available() is False")

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from attnce_plugin.install import require_solo
 from benchmarks import activation_memory
-
-require_solo()  # loudly: the table builds a solo-learn method
 
 
 class _Linear(torch.nn.Module):

@@ -4,16 +4,12 @@ recorder on every trainer, validation at the training size against solo-learn's 
 from __future__ import annotations
 
 import pytest
+import solo.data.classification_dataloader as cls_data
 from omegaconf import OmegaConf
 from PIL import Image
 
-from attnce_plugin.install import require_solo
 from benchmarks.hooks import Bench, val_transform
 from benchmarks.recorder import RunRecorder
-
-require_solo()  # loudly: these tests need solo-learn
-
-import solo.data.classification_dataloader as cls_data  # noqa: E402
 
 
 def test_every_trainer_gets_the_recorder_beside_its_own_callbacks(monkeypatch, tmp_path) -> None:

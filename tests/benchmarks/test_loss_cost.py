@@ -6,10 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnce_plugin.install import require_solo
 from benchmarks import loss_cost
-
-require_solo()  # loudly: the baseline is solo-learn's SimCLR loss
 
 #: A stand-in for the authors' file: their two functions' names and signatures, a module global
 #: they read (feature_dim), and a top level that must not run.

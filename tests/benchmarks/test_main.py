@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from helpers.datasets import write_cifar, write_folders, write_stl10
 
-from attnce_plugin.install import require_solo
 from benchmarks.__main__ import main
 from benchmarks.recorder import read_records
 
@@ -33,7 +32,6 @@ FORMATS = {
 
 @pytest.mark.integration  # trains through solo-learn
 def test_smoke_end_to_end_then_reuse_then_the_reference(tmp_path: Path, capsys) -> None:
-    require_solo()
     out = tmp_path / "bench_out"
     argv = ["--preset", "smoke", "--methods", "attentionnce", "--extra-m", "", "--out", str(out)]
     argv += ["--", "++limit_train_batches=2"]  # raw Hydra overrides reach every run
@@ -87,7 +85,6 @@ def test_a_killed_run_resumes_when_the_same_command_runs_again(tmp_path, monkeyp
     """The training process is SIGKILLed after epoch 1's checkpoint, and the record gets a torn
     line; the same command resumes after epoch 1: each epoch once in the record, the train seconds
     of both parts, and result.json says so."""
-    require_solo()
     tests = str(Path(__file__).resolve().parents[1])  # helpers.resume, in the training process
     monkeypatch.setenv("PYTHONPATH", tests)
     out, kill = tmp_path / "bench_out", "++diagnostics.callbacks.kill"
@@ -131,7 +128,6 @@ def _bench_on(data: str, tmp_path: Path) -> tuple:
 
 @pytest.mark.integration  # trains through solo-learn
 def test_every_data_format_trains_probes_and_reports(tmp_path) -> None:
-    require_solo()
     with ThreadPoolExecutor(2) as pool:
         ran = dict(zip(FORMATS, pool.map(lambda d: _bench_on(d, tmp_path), FORMATS)))
     for data, (done, root, out) in ran.items():

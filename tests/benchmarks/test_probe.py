@@ -10,10 +10,7 @@ from scipy.optimize import minimize
 from scipy.special import logsumexp
 from sklearn.neighbors import KNeighborsClassifier
 
-from attnce_plugin.install import require_solo
 from benchmarks import probe
-
-require_solo()  # loudly: the kNN is solo-learn's
 
 
 def blobs(seed: int, classes: int, train: int, val: int, dim: int = 16, noise: float = 1.5):

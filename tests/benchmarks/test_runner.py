@@ -14,11 +14,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from attnce_plugin.install import require_solo
 from benchmarks import runner
 from benchmarks.runs import METHODS, Preset, Row, Run, label_of
-
-require_solo()  # loudly: prepare() names solo-learn's main_pretrain.py
 
 
 def _budget(tmp_path: Path, *sets: str, crop_min_scale=None) -> runner.Budget:

@@ -10,10 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnce_plugin.install import require_solo
 from benchmarks import step_cost
-
-require_solo()  # loudly: the rows are solo-learn methods
 
 
 def _args(**kw) -> argparse.Namespace:

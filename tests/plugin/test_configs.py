@@ -5,19 +5,14 @@ through solo-learn's scripts is in test_scripts.py. FAILS, never skips, without 
 from __future__ import annotations
 
 import pytest
+import solo.args.pretrain as pretrain_args
 import torch
+from helpers.configs import compose
+from omegaconf import OmegaConf
 
-from attnce_plugin.install import require_solo
-
-require_solo()
-
-import solo.args.pretrain as pretrain_args  # noqa: E402
-from helpers.configs import compose  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
-from attnce_plugin.configs import config_dir  # noqa: E402
-from attnce_plugin.methods import METHODS  # noqa: E402
-from attnce_plugin.seam import register, wrap_parse_cfg  # noqa: E402
+from attnce_plugin.configs import config_dir
+from attnce_plugin.methods import METHODS
+from attnce_plugin.seam import register, wrap_parse_cfg
 
 PRETRAIN = sorted(p.relative_to(config_dir()) for p in (config_dir() / "pretrain").glob("*/*.yaml"))
 LINEAR = sorted(p.relative_to(config_dir()) for p in (config_dir() / "linear").glob("*/*.yaml"))

@@ -12,9 +12,6 @@ from typing import Any, List
 import pytest
 import torch
 
-from attnce_plugin.install import require_solo
-
-require_solo()
 try:
     import nvidia.dali  # noqa: F401
 except ImportError as err:

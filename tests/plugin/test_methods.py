@@ -8,25 +8,20 @@ import math
 from pathlib import Path
 from typing import List
 
+import lightning.pytorch as pl
 import pytest
+import solo.methods
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from helpers.configs import batches as make_batches
+from helpers.configs import compose_pretrain_cfg
+from solo.backbones.vit.vit_mocov3 import VisionTransformerMoCo
 
-from attnce_plugin.install import require_solo
-
-require_solo()
-
-import lightning.pytorch as pl  # noqa: E402
-import solo.methods  # noqa: E402
-from helpers.configs import batches as make_batches  # noqa: E402
-from helpers.configs import compose_pretrain_cfg  # noqa: E402
-from solo.backbones.vit.vit_mocov3 import VisionTransformerMoCo  # noqa: E402
-
-from attnce_plugin.losses import attentionnce_loss_func, gather  # noqa: E402
-from attnce_plugin.methods import METHODS, AttentionNCE, MoCoV3AttentionNCE  # noqa: E402
-from attnce_plugin.methods.common import AttentionNCECommon, bn_running_stats_frozen  # noqa: E402
+from attnce_plugin.losses import attentionnce_loss_func, gather
+from attnce_plugin.methods import METHODS, AttentionNCE, MoCoV3AttentionNCE
+from attnce_plugin.methods.common import AttentionNCECommon, bn_running_stats_frozen
 
 pytestmark = pytest.mark.integration  # trains through solo-learn
 

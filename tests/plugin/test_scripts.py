@@ -15,17 +15,13 @@ from typing import List, Sequence
 
 import pytest
 import torch
+from helpers.configs import SMALL_RUN, pretrain_argv
+from helpers.record import read_events
+from omegaconf import OmegaConf
 
-from attnce_plugin.install import require_solo, solo_checkout_dir
-
-require_solo()
-
-from helpers.configs import SMALL_RUN, pretrain_argv  # noqa: E402
-from helpers.record import read_events  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
-from attnce_plugin.methods import METHODS  # noqa: E402
-from attnce_plugin.seam import register  # noqa: E402
+from attnce_plugin.install import solo_checkout_dir
+from attnce_plugin.methods import METHODS
+from attnce_plugin.seam import register
 
 pytestmark = pytest.mark.integration
 

@@ -8,26 +8,22 @@ import copy
 import inspect
 
 import pytest
+import solo.args.linear
+import solo.args.pretrain as pretrain_args
+import solo.methods
 import torch
+from helpers.configs import compose
+from omegaconf import OmegaConf
+from solo.data.dali_dataloader import PretrainDALIDataModule
+from solo.methods.base import BaseMethod, BaseMomentumMethod
+from solo.methods.mocov3 import MoCoV3
+from solo.methods.simclr import SimCLR
 
-from attnce_plugin.install import require_solo, solo_checkout_dir
-
-require_solo()
-
-import solo.args.linear  # noqa: E402
-import solo.args.pretrain as pretrain_args  # noqa: E402
-import solo.methods  # noqa: E402
-from helpers.configs import compose  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from solo.data.dali_dataloader import PretrainDALIDataModule  # noqa: E402
-from solo.methods.base import BaseMethod, BaseMomentumMethod  # noqa: E402
-from solo.methods.mocov3 import MoCoV3  # noqa: E402
-from solo.methods.simclr import SimCLR  # noqa: E402
-
-from attnce_plugin.backbones import BACKBONES  # noqa: E402
-from attnce_plugin.methods import METHODS  # noqa: E402
-from attnce_plugin.seam import SoloLearnCallback, register, wrap_parse_cfg  # noqa: E402
-from attnce_plugin.settings import MethodConfigError  # noqa: E402
+from attnce_plugin.backbones import BACKBONES
+from attnce_plugin.install import solo_checkout_dir
+from attnce_plugin.methods import METHODS
+from attnce_plugin.seam import SoloLearnCallback, register, wrap_parse_cfg
+from attnce_plugin.settings import MethodConfigError
 
 
 def _script(name: str) -> str:

@@ -16,10 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnce_plugin.install import require_solo
 from attnce_plugin.losses import attentionnce_loss_func
-
-require_solo()  # loudly: prepare copies solo-learn's checkout
 
 pytestmark = pytest.mark.integration  # runs the cost benchmarks through Lightning (minutes)
 
