@@ -131,25 +131,20 @@ class Dataset:
 
 CIFAR10 = [f"cifar-10-batches-py/{f}" for f in ["batches.meta", "test_batch"]]
 CIFAR10 += [f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)]
+CIFAR100 = tuple(f"cifar-100-python/{f}" for f in ("meta", "train", "test"))
 STL10 = [f"stl10_binary/{s}_{x}.bin" for s in ("train", "test") for x in "Xy"]
+#: Image folders train/ and val/; at 224 px the raw pixels of 10,000 images take 6 GB.
+FOLDERS = dict(expected=("train", "val"), folders=True, probe_cap=10_000)
 DATASETS = {
     # The CIFAR family's configs, as custom data: ResNet's ImageNet stem (its CIFAR stem is ~6x
     # slower on a CPU).
     "fashion-mnist": Dataset("cifar", "cifar", "custom", (), folders=True),
     "cifar10": Dataset("cifar", "cifar", "cifar10", tuple(CIFAR10)),
-    "cifar100": Dataset(
-        "cifar",
-        "cifar",
-        "cifar100",
-        tuple(f"cifar-100-python/{f}" for f in ("meta", "train", "test")),
-    ),
+    "cifar100": Dataset("cifar", "cifar", "cifar100", CIFAR100),
     "stl10": Dataset("stl10", None, "stl10", (*STL10, "stl10_binary/unlabeled_X.bin")),
-    # At 224 px the raw pixels of 10,000 images take 6 GB.
-    "imagenet100": Dataset(
-        "imagenet-100", "imagenet-100", "imagenet100", ("train", "val"), True, 10_000
-    ),
+    "imagenet100": Dataset("imagenet-100", "imagenet-100", "imagenet100", **FOLDERS),
     # solo-learn's custom/ holds BYOL alone; its ImageNet-100 configs are the same recipes.
-    "folder": Dataset("custom", "imagenet-100", "custom", ("train", "val"), True, 10_000),
+    "folder": Dataset("custom", "imagenet-100", "custom", **FOLDERS),
 }
 
 

@@ -16,7 +16,6 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from benchmarks.recorder import read_records
 from benchmarks.runs import (
-    DECLARED,
     FAMILIES,
     MOCO_ATTN,
     PIXELS,
@@ -317,7 +316,7 @@ def families(lines: Sequence[Line], questions: Questions = QUESTIONS) -> List[Fa
     out."""
     rows = {r.label: r for r in lines if r.seeds}
     named = [(QUESTIONS_FAMILY, list(questions))]
-    named += [(name, [("", a, b) for a, b in pairs]) for name, pairs in FAMILIES]
+    named += [(name, [("", a, b) for a, b in pairs]) for name, pairs in FAMILIES.items()]
     for r in (r for r in lines if r.row is not None and r.seeds):
         named.append((f"{ABLATION}{r.label}", [("", r.row, c) for c in controls(r.row)]))
     out = []
@@ -325,7 +324,7 @@ def families(lines: Sequence[Line], questions: Questions = QUESTIONS) -> List[Fa
         found = [(q, rows.get(a.label), rows.get(b.label)) for q, a, b in pairs]
         found = [(q, a, b) for q, a, b in found if a is not None and b is not None]
         # A declared family is listed before its rows train; other families once they have.
-        out += [(name, found)] if found or name in DECLARED else []  # type: ignore[list-item]
+        out += [(name, found)] if found or name in FAMILIES else []  # type: ignore[list-item]
     return out
 
 

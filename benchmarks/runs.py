@@ -265,40 +265,24 @@ DEMO = "the demo (~5 min on 2 CPU cores, below the learning regime), then the re
 DEMO += "committed tables"
 EVERY = "every method and control, 3 seeds: ~40 h on 2 CPU cores, run in parts (--methods, --seeds;"
 EVERY += " finished runs are reused)"
+SMOKE = "tests: 1 epoch of 6 batches, numbers meaningless"
 #: The authors' recipe (our ``*_paper.yaml``: ResNet-50, CIFAR stem, 400 epochs, batch 256) with
 #: its controls on the same views, seeds declared here; GPU-scale (``--plan`` says how long).
-PAPER = dict(
-    methods=("simclr", "attentionnce", "attentionnce_off", "simclr_views"),
-    extra_m=(),
-    rows=("neg_weighting=importance",),
-    time_matched=False,
-    variant="_paper",
-    warmup_epochs=None,
-    questions=PAPER_QUESTIONS,
-)
+PAPER = dict(num_train=None, num_val=None, epochs=400, batch_size=256, seeds=(0, 1, 2))
+PAPER.update(methods=("simclr", "attentionnce", "attentionnce_off", "simclr_views"), extra_m=())
+PAPER.update(rows=("neg_weighting=importance",), time_matched=False, variant="_paper")
+PAPER.update(warmup_epochs=None, questions=PAPER_QUESTIONS)
 PAPER_TEXT = "the authors' recipe on {}, 5 rows x 3 seeds x 400 epochs (GPU; see --plan)"
 PRESETS: Dict[str, Preset] = {
     # No limit_val_batches: solo's kNN counts the classes it saw, and the val folder is sorted.
-    "smoke": Preset(
-        96,
-        40,
-        1,
-        16,
-        (0,),
-        "tests: 1 epoch of 6 batches, numbers meaningless",
-        sets=("++limit_train_batches=6",),
-    ),
+    "smoke": Preset(96, 40, 1, 16, (0,), SMOKE, sets=("++limit_train_batches=6",)),
     # The reference recipe on a fifth of its images, a seventh of its epochs, one seed.
     "default": Preset(
         1200, 1000, 4, 64, (0,), DEMO, extra_m=(), time_matched=False, show_reference=True, **RECIPE
     ),
     "reference": Preset(6000, 2000, 29, 128, (0, 1, 2), EVERY, tuple(METHODS), **RECIPE),
-    **{
-        f"paper-{data}": Preset(
-            None, None, 400, 256, (0, 1, 2), PAPER_TEXT.format(name), data=data, **PAPER
-        )
-        for data, name in (("cifar10", "CIFAR-10"), ("stl10", "STL-10"))
-    },
+    "paper-cifar10": Preset(description=PAPER_TEXT.format("CIFAR-10"), data="cifar10", **PAPER),
+    "paper-stl10": Preset(description=PAPER_TEXT.format("STL-10"), data="stl10", **PAPER),
 }
 
 
@@ -333,47 +317,33 @@ def matched_epochs(epochs: int, base_s_per_epoch: float, target_s_per_epoch: flo
     return max(epochs, int(round(epochs * target_s_per_epoch / base_s_per_epoch)))
 
 
-#: Families of comparisons (row a minus row b, as ``--row`` texts at M = 4; "" is the attention
-#: off's equal-epoch row) declared before their rows trained (the 2x2 of imbalance and aim, and
-#: the same-class oracle): Holm runs within each. The questions are one family too, and so are
-#: each ablation row's lines against its controls.
-DECLARED = {
-    "imbalance": [
-        ("attentionnce_off:neg_temperature=0.15", ""),
-        ("d_pos=1,d_neg=1", "attentionnce_off:neg_temperature=0.15"),
-    ],
-    "false negatives": [
-        (
-            "d_pos=1,d_neg=1,neg_weighting=importance,exclude_same_class=true",
-            "attentionnce_off:exclude_same_class=true",
-        ),
-        ("d_pos=1,d_neg=1,exclude_same_class=true", "attentionnce_off:exclude_same_class=true"),
-        ("attentionnce_off:exclude_same_class=true", ""),
-    ],
-    "tau 0.5": [
-        (
-            "d_pos=1,d_neg=0.4,temperature=0.5,neg_weighting=importance",
-            "attentionnce_off:temperature=0.5",
-        )
-    ],
-}
-FAMILIES = [
-    (name, [tuple(parse_row(t, 4) if t else Row("attentionnce_off", 4) for t in p) for p in pairs])
-    for name, pairs in DECLARED.items()
-]
-
 #: The 2x2 of imbalance (R > 1: the negatives' push outweighs the positive's pull) and aim (the
-#: push on the nearest negatives), and the same rows with the same-class oracle.
-OFF_ROW, ORACLE = Row("attentionnce_off", 4), ",exclude_same_class=true"
+#: push on the nearest negatives), and the same rows with the same-class oracle, at M = 4.
+OFF_ROW = Row("attentionnce_off", 4)
+IMPORTANCE = parse_row("d_pos=1,d_neg=1,neg_weighting=importance", 4)
+UNIFORM_IMBALANCE = parse_row("attentionnce_off:neg_temperature=0.15", 4)
+PAPERS_FORM = parse_row("d_pos=1,d_neg=1", 4)
+TAU_IMPORTANCE = parse_row("d_pos=1,d_neg=0.4,temperature=0.5,neg_weighting=importance", 4)
+TAU_OFF = parse_row("attentionnce_off:temperature=0.5", 4)
+ORACLE = ("exclude_same_class", "true")
+OFF_ORACLE, IMPORTANCE_ORACLE, PAPERS_ORACLE = (
+    Row(r.method, 4, r.kwargs + (ORACLE,), "ablation") for r in (OFF_ROW, IMPORTANCE, PAPERS_FORM)
+)
 TWO_BY_TWO = {
-    "balanced": (OFF_ROW, parse_row("d_pos=1,d_neg=1,neg_weighting=importance", 4)),
-    "unbalanced": (
-        parse_row("attentionnce_off:neg_temperature=0.15", 4),
-        parse_row("d_pos=1,d_neg=1", 4),
-    ),
-    "balanced, same class excluded": (
-        parse_row("attentionnce_off:exclude_same_class=true", 4),
-        parse_row("d_pos=1,d_neg=1,neg_weighting=importance" + ORACLE, 4),
-    ),
-    "unbalanced, same class excluded": (None, parse_row("d_pos=1,d_neg=1" + ORACLE, 4)),
+    "balanced": (OFF_ROW, IMPORTANCE),
+    "unbalanced": (UNIFORM_IMBALANCE, PAPERS_FORM),
+    "balanced, same class excluded": (OFF_ORACLE, IMPORTANCE_ORACLE),
+    "unbalanced, same class excluded": (None, PAPERS_ORACLE),
+}
+#: Families of comparisons (row a minus row b) declared before their rows trained: Holm runs
+#: within each. The questions are one family too, and so are each ablation row's lines against
+#: its controls.
+FAMILIES: Dict[str, List[Tuple[Row, Row]]] = {
+    "imbalance": [(UNIFORM_IMBALANCE, OFF_ROW), (PAPERS_FORM, UNIFORM_IMBALANCE)],
+    "false negatives": [
+        (IMPORTANCE_ORACLE, OFF_ORACLE),
+        (PAPERS_ORACLE, OFF_ORACLE),
+        (OFF_ORACLE, OFF_ROW),
+    ],
+    "tau 0.5": [(TAU_IMPORTANCE, TAU_OFF)],
 }
