@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.demos.boring_classes import BoringModel
 
 from benchmarks.recorder import RunRecorder, read_records
 
@@ -18,13 +18,9 @@ REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "re
 COMMITTED = REFERENCE / "runs" / "equal-epoch" / "SimCLR" / "seed0" / "record.jsonl"
 
 
-class Tiny(LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
+class Tiny(BoringModel):
     def training_step(self, batch, idx):
-        loss = self.layer(batch[0]).pow(2).mean()
+        loss = self.step(batch)
         self.log("train_nan", float("nan"), on_epoch=True)
         self.log("train_loss", loss, on_epoch=True)
         return loss
@@ -32,16 +28,15 @@ class Tiny(LightningModule):
     def validation_step(self, batch, idx):
         self.log("val_acc1", 42.0)
 
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+#: Lightning's BoringModel brings its own loaders: 3 training steps and 1 validation step an epoch.
+QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_epochs=2)
+QUIET.update(enable_model_summary=False, accelerator="cpu", limit_train_batches=3)
 
 
 def test_a_fit_writes_an_epoch_line_with_the_keys_the_committed_ones_have(tmp_path: Path) -> None:
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(12, 4)), 4)
     path = tmp_path / "sub" / "record.jsonl"
-    quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    quiet.update(enable_model_summary=False, num_sanity_val_steps=0, accelerator="cpu")
-    Trainer(max_epochs=2, callbacks=[RunRecorder(path)], **quiet).fit(Tiny(), loader, loader)
+    Trainer(callbacks=[RunRecorder(path)], limit_val_batches=1, **QUIET).fit(Tiny())
     records = read_records(path)
     old = next(
         json.loads(ln) for ln in COMMITTED.read_text().splitlines() if '"event": "epoch"' in ln
@@ -64,7 +59,6 @@ def test_a_torn_last_line_is_skipped_with_a_warning_naming_the_file(tmp_path: Pa
 def test_the_epoch_line_goes_out_before_its_checkpoint_and_once(tmp_path: Path) -> None:
     """A checkpoint saved at an epoch's end (as solo-learn's is) writes the epoch's line first;
     the epoch's end then writes nothing more."""
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), 4)
     path, seen = tmp_path / "record.jsonl", []
 
     class SaveAtEpochEnd(Callback):  # listed first, as the trainer lists solo-learn's
@@ -73,8 +67,6 @@ def test_the_epoch_line_goes_out_before_its_checkpoint_and_once(tmp_path: Path) 
             trainer.save_checkpoint(tmp_path / f"ep{trainer.current_epoch}.ckpt")
             seen.append(len(read_records(path)))
 
-    quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    quiet.update(enable_model_summary=False, accelerator="cpu")
     callbacks = [SaveAtEpochEnd(), RunRecorder(path)]
-    Trainer(max_epochs=2, callbacks=callbacks, **quiet).fit(Tiny(), loader)
+    Trainer(callbacks=callbacks, limit_val_batches=0, **QUIET).fit(Tiny())
     assert seen == [0, 1, 1, 2] and [r["epoch"] for r in read_records(path)] == [1, 2]
