@@ -67,8 +67,8 @@ def pretrain_argv(
     crop: int = 32,
 ) -> List[str]:
     """Command line of ``main_pretrain.py`` for a shipped config, shrunk to a CPU smoke run of 2
-    steps; with ``record``, ``helpers.record.StepsAndEpochs`` (``diagnostics.callbacks``) writes
-    the run's steps and epochs to that JSON-lines file."""
+    steps; with ``record``, the benchmark's ``RunRecorder`` (``diagnostics.callbacks``, as the
+    benchmark attaches it) writes the run's epochs to that JSON-lines file."""
     from attnce_plugin.configs import config_dir
     from attnce_plugin.install import solo_checkout_dir
 
@@ -85,5 +85,5 @@ def pretrain_argv(
     argv += ["method_kwargs.pred_hidden_dim=64"] if "mocov3" in config_name else []
     if record is not None:
         rec = "++diagnostics.callbacks.record"
-        argv += [f"{rec}._target_=helpers.record.StepsAndEpochs", f"{rec}.path={record}"]
+        argv += [f"{rec}._target_=benchmarks.recorder.RunRecorder", f"{rec}.path={record}"]
     return argv + [f"data.val_path={data['val']}" if validate else "~data.val_path"]
