@@ -118,7 +118,7 @@ def test_wrapper_sets_the_crop_roles_only_and_leaves_solo_learns_methods_alone(t
     assert (cfg.data.num_large_crops, cfg.data.num_small_crops) == (2, 4)  # solo-learn: (6, 0)
     # The settings are the method's to read (its add_and_assert_specific_cfg), not the wrapper's.
     assert OmegaConf.to_container(cfg.method_kwargs) == method_kwargs
-    with pytest.raises(MethodConfigError, match="method_kwargs.d_negg"):
+    with pytest.raises(MethodConfigError, match="method_kwargs.d_negg is not a setting"):
         METHODS[cfg.method](cfg)
     with pytest.raises(MethodConfigError, match="the anchors are the first 2 crops"):
         wrapped(compose_cifar("augmentations.0.num_crops=3"))
