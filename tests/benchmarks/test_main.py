@@ -19,6 +19,7 @@ from helpers.datasets import write_cifar, write_folders, write_stl10
 
 from benchmarks.__main__ import main
 from benchmarks.recorder import read_records
+from benchmarks.runs import PRESETS
 
 TESTS = Path(__file__).resolve().parents[1]
 FORMATS = {
@@ -157,6 +158,8 @@ def test_the_paper_presets_plan_their_runs_and_cost_without_training(tmp_path, c
     for name in ("paper-cifar10", "paper-stl10"):
         assert main(["--preset", name, "--plan", "--out", str(tmp_path)]) == 0
         printed = capsys.readouterr().out
-        assert "| AttentionNCE (M=4, neg_weighting=importance) | 0, 1, 2 | 400 |" in printed
-        assert "15 runs on " in printed and "device hours" in printed
+        for label in ("SimCLR", "AttentionNCE (M=4, neg_weighting=importance)"):
+            assert f"| {label} | 0, 1, 2 | 400 |" in printed
+        assert f"15 runs on {name[6:]}, " in printed and "device hours" in printed
+        assert PRESETS[name].variant == "_paper"  # the authors' configs, *_paper.yaml
     assert not (tmp_path / "runs").exists()
