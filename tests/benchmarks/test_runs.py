@@ -9,16 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.runs import (
-    PRESETS,
-    QUESTIONS,
-    Preset,
-    Run,
-    identity,
-    label_of,
-    parse_row,
-    row_of,
-)
+from benchmarks.runs import PRESETS, QUESTIONS, Preset, Run, identity, label_of, parse_row, row_of
 from benchmarks.runs import matched_epochs as matched
 
 REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "reference" / "runs"

@@ -21,11 +21,7 @@ import numpy as np  # noqa: E402
 from helpers.configs import compose_pretrain_cfg  # noqa: E402
 from nvidia.dali.plugin.pytorch import LastBatchPolicy  # noqa: E402
 from PIL import Image  # noqa: E402
-from solo.data.dali_dataloader import (  # noqa: E402
-    PretrainPipelineBuilder,
-    PretrainWrapper,
-    build_transform_pipeline_dali,
-)
+from solo.data import dali_dataloader as solo_dali  # noqa: E402
 from solo.data.pretrain_dataloader import FullTransformPipeline, NCropAugmentation  # noqa: E402
 
 from attnce_plugin.methods import METHODS  # noqa: E402
@@ -36,12 +32,13 @@ pytestmark = pytest.mark.integration
 def solo_dali_batches(cfg: Any) -> List[Any]:
     """One epoch of solo-learn's DALI loader for ``cfg`` on one process."""
     dataset, b = cfg.data.dataset, cfg.optimizer.batch_size
+    build = solo_dali.build_transform_pipeline_dali
     pipelines = [
-        NCropAugmentation(build_transform_pipeline_dali(dataset, a, dali_device="cpu"), a.num_crops)
+        NCropAugmentation(build(dataset, a, dali_device="cpu"), a.num_crops)
         for a in cfg.augmentations
     ]
     shards = dict(device_id=0, shard_id=0, num_shards=1, num_threads=1, data_fraction=-1.0)
-    builder = PretrainPipelineBuilder(
+    builder = solo_dali.PretrainPipelineBuilder(
         Path(cfg.data.train_path),
         batch_size=b,
         transforms=FullTransformPipeline(pipelines),
@@ -56,7 +53,7 @@ def solo_dali_batches(cfg: Any) -> List[Any]:
     names = [f"large{i}" for i in range(cfg.data.num_large_crops)]
     names += [f"small{i}" for i in range(cfg.data.num_small_crops)]
     fixed = dict(model_rank=0, model_device=torch.device("cpu"), reader_name="Reader")
-    loader = PretrainWrapper(
+    loader = solo_dali.PretrainWrapper(
         model_batch_size=b,
         dataset_size=pipe.epoch_size("Reader"),
         conversion_map=builder.conversion_map,

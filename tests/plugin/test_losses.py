@@ -19,13 +19,8 @@ from torch.testing import assert_close
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from attnce_plugin.losses import (
-    AttentionWeights,
-    attention_stats,
-    attentionnce_loss_func,
-    attentionnce_mocov3_loss_func,
-    same_class_counts,
-)
+from attnce_plugin import losses
+from attnce_plugin.losses import attentionnce_loss_func, attentionnce_mocov3_loss_func
 
 WEIGHTINGS = ("logit", "importance")
 
@@ -131,7 +126,7 @@ def test_push_ratio_and_top1_share_follow_autograd(d_neg, weighting, tau_neg):
     w = attentionnce_loss_func(
         a, p, idx, 0.2, 1.0, d_neg, weighting, neg_temperature=tau_neg, return_attention=True
     )[1]
-    stats = attention_stats(w)
+    stats = losses.attention_stats(w)
     an, pn, rows = F.normalize(a.detach(), dim=1), F.normalize(p.detach(), dim=2), idx.repeat(2)
     out = []
     for i in range(len(an)):
@@ -266,7 +261,7 @@ def test_attention_weights_follow_the_formula():
 
 
 def test_attention_stats_by_hand():
-    weights = AttentionWeights(
+    weights = losses.AttentionWeights(
         alpha=torch.tensor([[0.5, 0.5], [1.0, 0.0]]),
         beta=torch.tensor([[1.0, 1.0, 0.0], [2.0, 0.0, 0.0]]),
         valid=torch.tensor([[True, True, False], [True, False, False]]),
@@ -274,7 +269,7 @@ def test_attention_stats_by_hand():
         pull=torch.tensor([0.4, 0.5]),
     )
     labels = torch.tensor([0, 0, 1])  # each anchor's hardest negative has class 0
-    stats = {k: float(v) for k, v in attention_stats(weights).items()}
+    stats = {k: float(v) for k, v in losses.attention_stats(weights).items()}
     assert stats["eff_num_positives"] == pytest.approx((2 + 1) / 2)
     assert stats["alpha_entropy"] == pytest.approx(math.log(2) / 2)
     assert stats["max_beta"] == 2.0
@@ -283,9 +278,9 @@ def test_attention_stats_by_hand():
     assert stats["push_ratio"] == pytest.approx((0.8 / 0.4 + 0.5 / 0.5) / 2)
     assert stats["top1_push_share"] == pytest.approx((0.75 + 1.0) / 2)
     # anchor 0's class, not anchor 1's; unknown classes (-1) are not counted
-    assert same_class_counts(weights.beta, labels[1:], labels).tolist() == [1.0, 2.0]
-    assert same_class_counts(weights.beta, labels[1:] - 1, labels).tolist() == [1.0, 1.0]
-    assert same_class_counts(weights.beta, labels[1:], labels - 1).tolist() == [0.0, 0.0]
+    assert losses.same_class_counts(weights.beta, labels[1:], labels).tolist() == [1.0, 2.0]
+    assert losses.same_class_counts(weights.beta, labels[1:] - 1, labels).tolist() == [1.0, 1.0]
+    assert losses.same_class_counts(weights.beta, labels[1:], labels - 1).tolist() == [0.0, 0.0]
 
 
 def test_bad_arguments_are_refused_naming_them_and_what_they_allow():

@@ -8,19 +8,13 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from attnce_plugin.settings import (
-    AttentionNCEKwargs,
-    MethodConfigError,
-    MoCoV3AttentionNCEKwargs,
-    num_positives,
-    read_method_kwargs,
-    read_settings,
-)
+from attnce_plugin import settings
+from attnce_plugin.settings import MethodConfigError
 
 REQUIRED = {"proj_hidden_dim": 64, "proj_output_dim": 16, "temperature": 0.2}
 SCHEMAS = {
-    "attentionnce": (AttentionNCEKwargs, REQUIRED),
-    "mocov3_attentionnce": (MoCoV3AttentionNCEKwargs, {**REQUIRED, "pred_hidden_dim": 32}),
+    "attentionnce": (settings.AttentionNCEKwargs, REQUIRED),
+    "mocov3_attentionnce": (settings.MoCoV3AttentionNCEKwargs, {**REQUIRED, "pred_hidden_dim": 32}),
 }
 #: Each method's keys, written out here rather than read from the schemas.
 COMMON = "proj_hidden_dim proj_output_dim temperature d_pos d_neg neg_weighting batch_positives"
@@ -34,7 +28,7 @@ KEYS = {
 def _read(method, **kwargs):
     schema, required = SCHEMAS[method]
     cfg = OmegaConf.create({"method": method, "method_kwargs": {**required, **kwargs}})
-    return cfg, read_method_kwargs(cfg, schema)
+    return cfg, settings.read_method_kwargs(cfg, schema)
 
 
 def _refusal(method, **kwargs) -> str:
@@ -53,7 +47,7 @@ def test_settings_written_back_survive_args_json(method):
     kw = written["method_kwargs"]
     assert sorted(kw) == sorted(KEYS[method].split())
     assert (kw["d_neg"], kw["neg_weighting"], kw["loss"]) == (2.0, "importance", "attentionnce")
-    assert read_method_kwargs(OmegaConf.create(written), SCHEMAS[method][0]) == read
+    assert settings.read_method_kwargs(OmegaConf.create(written), SCHEMAS[method][0]) == read
 
 
 @pytest.mark.parametrize("method", list(SCHEMAS))
@@ -117,10 +111,10 @@ def test_anchor_mean_needs_the_attentionnce_loss(loss):
 def test_crop_layouts_give_the_number_of_positives_or_are_refused(pipelines, m):
     augs = OmegaConf.create([{"num_crops": n, "crop_size": s} for n, s in pipelines])
     if m is not None:
-        assert num_positives(augs) == m
+        assert settings.num_positives(augs) == m
         return
     with pytest.raises(MethodConfigError, match="augmentations.*the anchors are the first 2 crops"):
-        num_positives(augs)
+        settings.num_positives(augs)
 
 
 def _check(large=2, small=4, method="attentionnce", loss="attentionnce", **other):
@@ -129,8 +123,8 @@ def _check(large=2, small=4, method="attentionnce", loss="attentionnce", **other
     data = {"num_large_crops": large, "num_small_crops": small, **other.pop("data", {})}
     oracle = other.pop("exclude_same_class", False)
     kwargs = {**required, "loss": loss, "exclude_same_class": oracle}
-    cfg = {"method": method, "method_kwargs": kwargs, "data": data, **other}
-    read_settings(OmegaConf.create(cfg), schema, "simclr" if method == "attentionnce" else "mocov3")
+    cfg = OmegaConf.create({"method": method, "method_kwargs": kwargs, "data": data, **other})
+    settings.read_settings(cfg, schema, "simclr" if method == "attentionnce" else "mocov3")
 
 
 DALI = {"data": {"format": "dali"}}
