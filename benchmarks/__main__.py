@@ -197,7 +197,7 @@ def bench(args: argparse.Namespace, command: str) -> int:
         f"budget: batch {chosen.batch_size}, seeds {', '.join(map(str, seeds))}; each run is a "
         "shipped config plus the overrides below (its config.yaml and command.sh are in runs/)",
     ]
-    md = report.bench_markdown(results, header, chosen.questions)
+    md = report.bench_markdown(results, header, chosen.families)
     print("\n" + md + report.write_outputs(results, md, out))
     if chosen.show_reference and out != REFERENCE.resolve():
         print(reference_tables())

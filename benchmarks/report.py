@@ -19,10 +19,10 @@ from benchmarks.runs import (
     FAMILIES,
     MOCO_ATTN,
     PIXELS,
-    QUESTIONS,
+    QUESTIONS_FAMILY,
     TWO_BY_TWO,
     UNTRAINED,
-    Questions,
+    Comparisons,
     Result,
     Row,
     controls,
@@ -306,17 +306,16 @@ def two_by_two_markdown(lines: Sequence[Line]) -> str:
 
 #: A family's name, and its comparisons (question, row a, row b) whose rows have records.
 Family = Tuple[str, List[Tuple[str, Line, Line]]]
-QUESTIONS_FAMILY, ABLATION = "the questions", "ablation: "
+Declared = Dict[str, Comparisons]
+ABLATION = "ablation: "
 
 
-def families(lines: Sequence[Line], questions: Questions = QUESTIONS) -> List[Family]:
+def families(lines: Sequence[Line], declared: Declared = FAMILIES) -> List[Family]:
     """The families of paired comparisons, each named before its rows trained: the preset's
-    ``questions``, the declared families (runs.FAMILIES), and each ablation row against its
-    controls; a family's comparisons where both rows have records, families without any left
-    out."""
+    (``declared``: the reference's by default), and each ablation row against its controls; a
+    family's comparisons where both rows have records, families without any left out."""
     rows = {r.label: r for r in lines if r.seeds}
-    named = [(QUESTIONS_FAMILY, list(questions))]
-    named += [(name, [("", a, b) for a, b in pairs]) for name, pairs in FAMILIES.items()]
+    named = list(declared.items())
     for r in (r for r in lines if r.row is not None and r.seeds):
         named.append((f"{ABLATION}{r.label}", [("", r.row, c) for c in controls(r.row)]))
     out = []
@@ -324,7 +323,7 @@ def families(lines: Sequence[Line], questions: Questions = QUESTIONS) -> List[Fa
         found = [(q, rows.get(a.label), rows.get(b.label)) for q, a, b in pairs]
         found = [(q, a, b) for q, a, b in found if a is not None and b is not None]
         # A declared family is listed before its rows train; other families once they have.
-        out += [(name, found)] if found or name in FAMILIES else []  # type: ignore[list-item]
+        out += [(name, found)] if found or name in declared else []  # type: ignore[list-item]
     return out
 
 
@@ -369,14 +368,14 @@ COUNTS += ["interval excludes 0", "survive Holm (within the family)"]
 
 
 def verdicts_markdown(
-    lines: Sequence[Line], questions_only: bool = False, questions: Questions = QUESTIONS
+    lines: Sequence[Line], questions_only: bool = False, declared: Declared = FAMILIES
 ) -> str:
     """A line per comparison and probe, family by family: the paired 95 % interval, real when it
     excludes 0, marked where it survives Holm's correction within its family, and a real line's
     leave-one-seed-out count; each family's counts. ``questions_only``: the questions' lines and
     every family's counts. "" without pairs."""
     blocks, counts = [], []
-    for name, pairs in families(lines, questions):
+    for name, pairs in families(lines, declared):
         out, row = _family_verdicts(name, pairs)
         counts.append(row)
         if out and (name == QUESTIONS_FAMILY or not questions_only):
@@ -387,13 +386,13 @@ def verdicts_markdown(
 
 
 def bench_markdown(
-    results: Sequence[Result], header: Sequence[str], questions: Questions = QUESTIONS
+    results: Sequence[Result], header: Sequence[str], declared: Declared = FAMILIES
 ) -> str:
     lines = aggregate(results)
     md = ["# Benchmark results", "", *[f"- {h}" for h in header], ""]
     md += [section("Summary", summary_table(lines)), section("Runs", runs_table(lines))]
     md += [regime_markdown(lines), mechanism_markdown(lines), two_by_two_markdown(lines)]
-    md += [verdicts_markdown(lines, questions=questions)]
+    md += [verdicts_markdown(lines, declared=declared)]
     # "running" and "incomplete": a run killed before it finished; the same command resumes it.
     says = {"ok": "Note", "running": "INCOMPLETE", "incomplete": "INCOMPLETE"}
     notes = [

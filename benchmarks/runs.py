@@ -151,23 +151,21 @@ class Run:
         return f"{self.row.key}/seed{self.seed}"
 
 
-#: The reference preset's rows and its four questions (row a minus row b).
+#: The reference preset's rows of its four questions.
 ATTN = Row("attentionnce", 4)
 MOCO_ATTN = Row("mocov3_attentionnce", 4)
 SIMCLR_TIME = Row("simclr", comparison="equal-time", time_of=ATTN)
 MOCO_TIME = Row("mocov3", comparison="equal-time", time_of=MOCO_ATTN)
-Questions = Tuple[Tuple[str, Row, Row], ...]
-QUESTIONS: Questions = (
+#: A family of comparisons named before its rows trained: (question or "", row a, row b), each
+#: line row a minus row b; Holm runs within it.
+Comparisons = List[Tuple[str, Row, Row]]
+QUESTIONS: Comparisons = [
     ("Does AttentionNCE beat SimCLR at equal time?", ATTN, SIMCLR_TIME),
     ("Does it beat SimCLR on the same views?", ATTN, Row("simclr_views", 4)),
     ("Is the attention itself responsible?", ATTN, Row("attentionnce_off", 4)),
     ("Does the MoCo form beat MoCo v3 (equal time)?", MOCO_ATTN, MOCO_TIME),
-)
-#: The paper presets': first the paper's own claim, at its equal epochs.
-PAPER_QUESTIONS: Questions = (
-    ("Does AttentionNCE beat SimCLR at equal epochs (the paper's claim)?", ATTN, Row("simclr")),
-    *QUESTIONS[1:3],
-)
+]
+QUESTIONS_FAMILY = "the questions"
 
 
 def row_of(result: Result) -> Row:
@@ -212,6 +210,64 @@ def controls(row: Row) -> List[Row]:
     return [r for r in out if r.label != row.label]
 
 
+def _value(text: str) -> Any:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def parse_row(text: str, m: int) -> Row:
+    """``--row [METHOD:]KEY=VALUE,...``: an ablation row of METHOD (default attentionnce) at M
+    positives with these ``method_kwargs`` (numbers as floats), varied around the shipped ones."""
+    name, _, pairs = text.rpartition(":")
+    name, allowed = name or "attentionnce", [n for n, x in METHODS.items() if x.positives]
+    if name not in allowed:
+        raise ValueError(f"--row {text!r}: method {name!r}; allowed values are {allowed}")
+    kwargs = []
+    for pair in filter(None, pairs.split(",")):
+        key, eq, value = (x.strip() for x in pair.partition("="))
+        if not eq or not key or not value:
+            raise ValueError(f"--row {text!r}: expected [METHOD:]KEY=VALUE,... , got {pair!r}")
+        kwargs.append((key, _value(value)))
+    return Row(name, m, tuple(kwargs), "ablation")
+
+
+#: The 2x2 of imbalance (R > 1: the negatives' push outweighs the positive's pull) and aim (the
+#: push on the nearest negatives), and the same rows with the same-class oracle, at M = 4.
+OFF_ROW = Row("attentionnce_off", 4)
+IMPORTANCE = parse_row("d_pos=1,d_neg=1,neg_weighting=importance", 4)
+UNIFORM_IMBALANCE = parse_row("attentionnce_off:neg_temperature=0.15", 4)
+PAPERS_FORM = parse_row("d_pos=1,d_neg=1", 4)
+TAU_IMPORTANCE = parse_row("d_pos=1,d_neg=0.4,temperature=0.5,neg_weighting=importance", 4)
+TAU_OFF = parse_row("attentionnce_off:temperature=0.5", 4)
+ORACLE = ("exclude_same_class", "true")
+OFF_ORACLE, IMPORTANCE_ORACLE, PAPERS_ORACLE = (
+    Row(r.method, 4, r.kwargs + (ORACLE,), "ablation") for r in (OFF_ROW, IMPORTANCE, PAPERS_FORM)
+)
+TWO_BY_TWO = {
+    "balanced": (OFF_ROW, IMPORTANCE),
+    "unbalanced": (UNIFORM_IMBALANCE, PAPERS_FORM),
+    "balanced, same class excluded": (OFF_ORACLE, IMPORTANCE_ORACLE),
+    "unbalanced, same class excluded": (None, PAPERS_ORACLE),
+}
+#: The reference preset's families: the questions, the 2x2's and the oracle's (each ablation row's
+#: lines against its controls are one family more, named by the report).
+FAMILIES: Dict[str, Comparisons] = {
+    QUESTIONS_FAMILY: QUESTIONS,
+    "imbalance": [("", UNIFORM_IMBALANCE, OFF_ROW), ("", PAPERS_FORM, UNIFORM_IMBALANCE)],
+    "false negatives": [
+        ("", IMPORTANCE_ORACLE, OFF_ORACLE),
+        ("", PAPERS_ORACLE, OFF_ORACLE),
+        ("", OFF_ORACLE, OFF_ROW),
+    ],
+    "tau 0.5": [("", TAU_IMPORTANCE, TAU_OFF)],
+}
+#: The paper presets': the paper's own claim at its equal epochs, then the same-view controls.
+PAPER_CLAIM = "Does AttentionNCE beat SimCLR at equal epochs (the paper's claim)?"
+PAPER_FAMILIES = {QUESTIONS_FAMILY: [(PAPER_CLAIM, ATTN, Row("simclr")), *QUESTIONS[1:3]]}
+
+
 @dataclass(frozen=True)
 class Preset:
     """A preset, or the settings of a command line (the preset with the options it gives): the
@@ -236,7 +292,8 @@ class Preset:
     sets: Tuple[str, ...] = ()  # --set and raw: Hydra overrides of every run, after its own
     warmup_epochs: Optional[int] = 1  # solo's 10 is longer than a CPU budget's whole run
     show_reference: bool = False  # end by printing the committed reference tables
-    questions: Questions = QUESTIONS  # the first family of its verdicts, named before its runs
+    # its verdicts' families, named before its runs (each ablation row's come on top)
+    families: Dict[str, Comparisons] = field(default_factory=lambda: FAMILIES)
 
     def runs(self) -> List[Run]:
         """Seed by seed: the equal-epoch rows, the ablation rows, then the equal-time rows (last:
@@ -271,7 +328,7 @@ SMOKE = "tests: 1 epoch of 6 batches, numbers meaningless"
 PAPER = dict(num_train=None, num_val=None, epochs=400, batch_size=256, seeds=(0, 1, 2))
 PAPER.update(methods=("simclr", "attentionnce", "attentionnce_off", "simclr_views"), extra_m=())
 PAPER.update(rows=("neg_weighting=importance",), time_matched=False, variant="_paper")
-PAPER.update(warmup_epochs=None, questions=PAPER_QUESTIONS)
+PAPER.update(warmup_epochs=None, families=PAPER_FAMILIES)
 PAPER_TEXT = "the authors' recipe on {}, 5 rows x 3 seeds x 400 epochs (GPU; see --plan)"
 PRESETS: Dict[str, Preset] = {
     # No limit_val_batches: solo's kNN counts the classes it saw, and the val folder is sorted.
@@ -286,64 +343,9 @@ PRESETS: Dict[str, Preset] = {
 }
 
 
-def _value(text: str) -> Any:
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def parse_row(text: str, m: int) -> Row:
-    """``--row [METHOD:]KEY=VALUE,...``: an ablation row of METHOD (default attentionnce) at M
-    positives with these ``method_kwargs`` (numbers as floats), varied around the shipped ones."""
-    name, _, pairs = text.rpartition(":")
-    name, allowed = name or "attentionnce", [n for n, x in METHODS.items() if x.positives]
-    if name not in allowed:
-        raise ValueError(f"--row {text!r}: method {name!r}; allowed values are {allowed}")
-    kwargs = []
-    for pair in filter(None, pairs.split(",")):
-        key, eq, value = (x.strip() for x in pair.partition("="))
-        if not eq or not key or not value:
-            raise ValueError(f"--row {text!r}: expected [METHOD:]KEY=VALUE,... , got {pair!r}")
-        kwargs.append((key, _value(value)))
-    return Row(name, m, tuple(kwargs), "ablation")
-
-
 def matched_epochs(epochs: int, base_s_per_epoch: float, target_s_per_epoch: float) -> int:
     """Epochs a baseline needs to train as long as the target did in ``epochs``: rounded, never
     fewer than ``epochs`` (a noisy timing must not cut the equal-epoch budget)."""
     if not base_s_per_epoch > 0 or not math.isfinite(base_s_per_epoch):
         raise ValueError(f"baseline seconds per epoch {base_s_per_epoch} must be > 0")
     return max(epochs, int(round(epochs * target_s_per_epoch / base_s_per_epoch)))
-
-
-#: The 2x2 of imbalance (R > 1: the negatives' push outweighs the positive's pull) and aim (the
-#: push on the nearest negatives), and the same rows with the same-class oracle, at M = 4.
-OFF_ROW = Row("attentionnce_off", 4)
-IMPORTANCE = parse_row("d_pos=1,d_neg=1,neg_weighting=importance", 4)
-UNIFORM_IMBALANCE = parse_row("attentionnce_off:neg_temperature=0.15", 4)
-PAPERS_FORM = parse_row("d_pos=1,d_neg=1", 4)
-TAU_IMPORTANCE = parse_row("d_pos=1,d_neg=0.4,temperature=0.5,neg_weighting=importance", 4)
-TAU_OFF = parse_row("attentionnce_off:temperature=0.5", 4)
-ORACLE = ("exclude_same_class", "true")
-OFF_ORACLE, IMPORTANCE_ORACLE, PAPERS_ORACLE = (
-    Row(r.method, 4, r.kwargs + (ORACLE,), "ablation") for r in (OFF_ROW, IMPORTANCE, PAPERS_FORM)
-)
-TWO_BY_TWO = {
-    "balanced": (OFF_ROW, IMPORTANCE),
-    "unbalanced": (UNIFORM_IMBALANCE, PAPERS_FORM),
-    "balanced, same class excluded": (OFF_ORACLE, IMPORTANCE_ORACLE),
-    "unbalanced, same class excluded": (None, PAPERS_ORACLE),
-}
-#: Families of comparisons (row a minus row b) declared before their rows trained: Holm runs
-#: within each. The questions are one family too, and so are each ablation row's lines against
-#: its controls.
-FAMILIES: Dict[str, List[Tuple[Row, Row]]] = {
-    "imbalance": [(UNIFORM_IMBALANCE, OFF_ROW), (PAPERS_FORM, UNIFORM_IMBALANCE)],
-    "false negatives": [
-        (IMPORTANCE_ORACLE, OFF_ORACLE),
-        (PAPERS_ORACLE, OFF_ORACLE),
-        (OFF_ORACLE, OFF_ROW),
-    ],
-    "tau 0.5": [(TAU_IMPORTANCE, TAU_OFF)],
-}

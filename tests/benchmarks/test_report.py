@@ -141,12 +141,13 @@ def test_a_paper_presets_first_question_is_the_papers_claim_at_equal_epochs() ->
     attn, simclr = Row("attentionnce", 4), Row("simclr")
     results = [_result(simclr, s, 80.0 + s) for s in range(3)]
     results += [_result(attn, s, 80.0 + s + g) for s, g in enumerate((1.0, 2.0, 3.0))]
-    questions = settings(build_parser().parse_args(["--preset", "paper-cifar10"])).questions
-    md = report.verdicts_markdown(report.aggregate(results), questions=questions)
+    families = settings(build_parser().parse_args(["--preset", "paper-cifar10"])).families
+    md = report.verdicts_markdown(report.aggregate(results), declared=families)
     # differences 1, 2, 3: mean 2, half-width t_0.975,2 * 1 / sqrt 3 = 2.48
     claim = "- Does AttentionNCE beat SimCLR at equal epochs (the paper's claim)? AttentionNCE "
     assert claim + "(M=4) minus SimCLR: linear +2.00 ± 2.48 (95 % half-width, 3 seeds" in md
     assert "| the questions | 2 | 2 | 0 | 0 |" in md  # the one question with records, 2 probes
+    assert "imbalance" not in md  # the reference's declared families are not the preset's
 
 
 def test_each_ablation_row_is_set_against_its_controls() -> None:
