@@ -22,7 +22,7 @@ from benchmarks.runs import (
     QUESTIONS_FAMILY,
     TWO_BY_TWO,
     UNTRAINED,
-    Comparisons,
+    Families,
     Result,
     Row,
     controls,
@@ -306,11 +306,10 @@ def two_by_two_markdown(lines: Sequence[Line]) -> str:
 
 #: A family's name, and its comparisons (question, row a, row b) whose rows have records.
 Family = Tuple[str, List[Tuple[str, Line, Line]]]
-Declared = Dict[str, Comparisons]
 ABLATION = "ablation: "
 
 
-def families(lines: Sequence[Line], declared: Declared = FAMILIES) -> List[Family]:
+def families(lines: Sequence[Line], declared: Families = FAMILIES) -> List[Family]:
     """The families of paired comparisons, each named before its rows trained: the preset's
     (``declared``: the reference's by default), and each ablation row against its controls; a
     family's comparisons where both rows have records, families without any left out."""
@@ -368,7 +367,7 @@ COUNTS += ["interval excludes 0", "survive Holm (within the family)"]
 
 
 def verdicts_markdown(
-    lines: Sequence[Line], questions_only: bool = False, declared: Declared = FAMILIES
+    lines: Sequence[Line], questions_only: bool = False, declared: Families = FAMILIES
 ) -> str:
     """A line per comparison and probe, family by family: the paired 95 % interval, real when it
     excludes 0, marked where it survives Holm's correction within its family, and a real line's
@@ -386,7 +385,7 @@ def verdicts_markdown(
 
 
 def bench_markdown(
-    results: Sequence[Result], header: Sequence[str], declared: Declared = FAMILIES
+    results: Sequence[Result], header: Sequence[str], declared: Families = FAMILIES
 ) -> str:
     lines = aggregate(results)
     md = ["# Benchmark results", "", *[f"- {h}" for h in header], ""]

@@ -159,6 +159,7 @@ MOCO_TIME = Row("mocov3", comparison="equal-time", time_of=MOCO_ATTN)
 #: A family of comparisons named before its rows trained: (question or "", row a, row b), each
 #: line row a minus row b; Holm runs within it.
 Comparisons = List[Tuple[str, Row, Row]]
+Families = Dict[str, Comparisons]  # by name, the questions first
 QUESTIONS: Comparisons = [
     ("Does AttentionNCE beat SimCLR at equal time?", ATTN, SIMCLR_TIME),
     ("Does it beat SimCLR on the same views?", ATTN, Row("simclr_views", 4)),
@@ -253,7 +254,7 @@ TWO_BY_TWO = {
 }
 #: The reference preset's families: the questions, the 2x2's and the oracle's (each ablation row's
 #: lines against its controls are one family more, named by the report).
-FAMILIES: Dict[str, Comparisons] = {
+FAMILIES: Families = {
     QUESTIONS_FAMILY: QUESTIONS,
     "imbalance": [("", UNIFORM_IMBALANCE, OFF_ROW), ("", PAPERS_FORM, UNIFORM_IMBALANCE)],
     "false negatives": [
@@ -293,7 +294,7 @@ class Preset:
     warmup_epochs: Optional[int] = 1  # solo's 10 is longer than a CPU budget's whole run
     show_reference: bool = False  # end by printing the committed reference tables
     # its verdicts' families, named before its runs (each ablation row's come on top)
-    families: Dict[str, Comparisons] = field(default_factory=lambda: FAMILIES)
+    families: Families = field(default_factory=lambda: FAMILIES)
 
     def runs(self) -> List[Run]:
         """Seed by seed: the equal-epoch rows, the ablation rows, then the equal-time rows (last:
