@@ -179,7 +179,8 @@ print('no host synchronisation in either form')"
       "$PY" -m benchmarks.step_cost --device "$dev" --precision "$p" "${small_step[@]}"
   done
   # the multi-crop config at the size it is made for (positives 96 px beside 224 px anchors), at
-  # the first precision: under CPU bf16 autocast its loss can turn NaN (docs/performance.md)
+  # the first precision: on the CPU, torch's oneDNN bf16 weight gradient of a strided convolution
+  # on 1 x 1 inputs (the small positives at layer 4) is sometimes garbage (docs/performance.md)
   # shellcheck disable=SC2016
   step step_cost_multicrop 120 step_cost_multicrop.md sh -c '"$@" >"$0"' \
     "$OUT/step_cost_multicrop.md" "$PY" -m benchmarks.step_cost --device "$dev" --multicrop \
