@@ -19,7 +19,6 @@ from benchmarks.runs import (
     FAMILIES,
     MOCO_ATTN,
     PIXELS,
-    QUESTIONS_FAMILY,
     TWO_BY_TWO,
     UNTRAINED,
     Families,
@@ -367,17 +366,17 @@ COUNTS += ["interval excludes 0", "survive Holm (within the family)"]
 
 
 def verdicts_markdown(
-    lines: Sequence[Line], questions_only: bool = False, declared: Families = FAMILIES
+    lines: Sequence[Line], shown: Optional[Iterable[str]] = None, declared: Families = FAMILIES
 ) -> str:
     """A line per comparison and probe, family by family: the paired 95 % interval, real when it
     excludes 0, marked where it survives Holm's correction within its family, and a real line's
-    leave-one-seed-out count; each family's counts. ``questions_only``: the questions' lines and
-    every family's counts. "" without pairs."""
+    leave-one-seed-out count; each family's counts. ``shown``: the families whose lines are
+    printed (all where None); every family's counts are. "" without pairs."""
     blocks, counts = [], []
     for name, pairs in families(lines, declared):
         out, row = _family_verdicts(name, pairs)
         counts.append(row)
-        if out and (name == QUESTIONS_FAMILY or not questions_only):
+        if out and (shown is None or name in shown):
             blocks += [f"{name[0].upper()}{name[1:]}:", "\n".join(out)]
     if not counts:
         return ""
