@@ -136,9 +136,10 @@ def reference_tables() -> str:
     lines = report.aggregate(runner.read_results(REFERENCE, runs))
     title = "# The real result: the reference preset (6,000 images, 29 epochs, 3 to 5 seeds), "
     title += "rebuilt from its committed records"
-    how = "Every row, and every family's lines: README.md, docs/results.md, or `python3 -m "
-    how += "benchmarks --preset reference --report-only --out benchmarks/results/reference`."
-    return "\n".join(["", title, "", report.verdicts_markdown(lines, [table.QUESTIONS_FAMILY]), how])
+    how = "Every row and family's lines: `python3 -m benchmarks --preset reference --report-only "
+    how += "--out benchmarks/results/reference` (its results.md); what they say: docs/results.md."
+    questions = report.verdicts_markdown(lines, [table.QUESTIONS_FAMILY])
+    return "\n".join(["", title, "", questions, how])
 
 
 PERFORMANCE = runner.REPO_ROOT / "docs" / "performance.md"
